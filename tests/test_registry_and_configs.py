@@ -1,0 +1,56 @@
+"""The registry and the Hydra config groups agree one to one; bad registrations fail loudly."""
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, compose_run
+from zoo import registry
+from zoo.parser import Parser
+
+registry.load_all()
+
+
+def config_names(group: str) -> set[str]:
+    return {p.stem for p in (REPO / "configs" / group).glob("*.yaml") if not p.stem.startswith("_")}
+
+
+@pytest.mark.parametrize("group, table", [("model", registry.MODELS), ("data", registry.DATASETS)])
+def test_every_registered_name_has_a_config_and_back(group, table):
+    assert config_names(group) == set(table)
+    for name in table:
+        assert compose_run(f"{group}={name}")[group].name == name
+
+
+def test_design_dataset_names_are_registered():
+    expected = {f"scan_{s}" for s in ("simple", "length", "addjump", "turn_left", "around_right", "right",
+                                      "mcd1", "mcd2", "mcd3")}
+    expected |= {"scan_sp_simple", "scan_sp_right", "scan_sp_around_right", "geo_funql_iid", "geo_funql_template",
+                 "geo_funql_length", "cogs", "cogs_gen", "cfq_mcd1", "cfq_mcd2", "cfq_mcd3", "cfq_random",
+                 "cfq_mcd2_partial", "cfq_mcd3_partial", "cfq_random_partial"}
+    expected |= {f"{d}_sql_{s}" for d in ("geo", "atis", "scholar") for s in ("iid", "template")}
+    assert expected <= set(registry.DATASETS)
+
+
+def test_every_group_composes():
+    for group in ("trainer", "logger", "callbacks", "debug", "experiment"):
+        for name in config_names(group):
+            compose_run(f"{group}={name}")
+
+
+def test_duplicate_and_wrong_base_class_are_errors():
+    with pytest.raises(registry.RegistryError, match="already registered"):
+        registry.register_model("seq2seq")(type("Another", (Parser,), {}))
+    with pytest.raises(TypeError, match="subclass of zoo.parser.Parser"):
+        registry.register_model("not_a_parser")(object)
+    with pytest.raises(registry.RegistryError, match="already registered"):
+        registry.register_dataset("scan_simple", formalism="scan")(lambda root: {})
+    with pytest.raises(registry.RegistryError, match="unknown formalism"):
+        registry.register_dataset("new_dataset", formalism="klingon")(lambda root: {})
+    assert "not_a_parser" not in registry.MODELS and "new_dataset" not in registry.DATASETS
+
+
+def test_unknown_names_list_the_registered_ones():
+    with pytest.raises(registry.RegistryError, match="registered models: .*seq2seq"):
+        registry.get_model("transformer_xl")
+    with pytest.raises(registry.RegistryError, match="registered datasets: .*scan_simple"):
+        registry.get_dataset("scan_nope")

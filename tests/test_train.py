@@ -1,0 +1,111 @@
+"""benchmarks/run.py end to end on debug=smoke: the results row, predictions, resume, and bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import lightning.pytorch as L
+import pytest
+import torch
+
+from conftest import REPO, compose_run, needs_mirror
+from zoo.parser import UnsupportedFormalismError
+from zoo.registry import RegistryError
+from zoo.results import read_rows
+from zoo.train import RunConfigError, run
+
+pytestmark = needs_mirror
+
+
+class CrashAfterSteps(L.Callback):
+    """Stands in for a killed job: raises once training reaches ``steps`` optimiser steps."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= self.steps:
+            raise RuntimeError("simulated crash")
+
+
+def smoke(tmp_path, *overrides):
+    return compose_run("debug=smoke", f"results_file={tmp_path / 'runs.csv'}", *overrides)
+
+
+def test_cli_smoke_run_writes_a_row_and_predictions(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "benchmarks/run.py", "model=seq2seq", "data=scan_simple", "debug=smoke",
+                             f"hydra.run.dir={tmp_path / 'run'}", f"results_file={tmp_path / 'runs.csv'}"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [row] = read_rows(tmp_path / "runs.csv")
+    assert row["model"] == "seq2seq" and row["data"] == "scan_simple" and row["seed"] == "1"
+    assert 0.0 <= float(row["test_exact_match"]) <= 1.0
+    for column in ("git_commit", "params", "train_seconds", "epochs", "train_examples_per_s", "test_examples_per_s",
+                   "hardware", "peak_memory_mb", "best_val"):
+        assert row[column] != "", column
+    predictions = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == int(row["n_test"]) == 8
+    assert set(predictions[0]) == {"utterance", "gold", "prediction", "correct"}
+
+
+def test_same_seed_gives_the_same_run(tmp_path):
+    rows = [run(smoke(tmp_path), tmp_path / f"run{i}") for i in range(2)]
+    assert rows[0]["test_exact_match"] == rows[1]["test_exact_match"]
+    weights = [torch.load(tmp_path / f"run{i}" / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+               for i in range(2)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_interrupted_run_leaves_no_row_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = ["trainer.max_steps=6", "data.limit_train=64", "checkpoint_every_n_steps=2"]
+    crashing = smoke(tmp_path, *overrides, "+callbacks.crash._target_=test_train.CrashAfterSteps",
+                     "+callbacks.crash.steps=4")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(crashing, run_dir)
+    assert read_rows(tmp_path / "runs.csv") == []
+    # Lightning runs checkpoint callbacks last, so the crash at step 4 comes before that step's save.
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+    with pytest.raises(RunConfigError, match="ckpt_path=last"):
+        run(smoke(tmp_path, *overrides), run_dir)  # a fresh start would clobber the checkpoints
+
+    row = run(smoke(tmp_path, *overrides, "ckpt_path=last"), run_dir)
+    assert row["resumed"] is True and row["global_steps"] == 6
+    assert len(read_rows(tmp_path / "runs.csv")) == 1
+
+
+def test_resume_without_a_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(RunConfigError, match="no checkpoint"):
+        run(smoke(tmp_path, "ckpt_path=last"), tmp_path / "empty")
+
+
+def test_unknown_names_fail_before_any_work(tmp_path):
+    cfg = smoke(tmp_path)
+    cfg.model.name = "nonexistent"
+    with pytest.raises(RegistryError, match="registered models: .*seq2seq"):
+        run(cfg, tmp_path / "run")
+    cfg = smoke(tmp_path)
+    cfg.data.name = "scan_nope"
+    with pytest.raises(RegistryError, match="registered datasets: .*scan_simple"):
+        run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_model_on_an_unsupported_formalism_fails_before_training(tmp_path, monkeypatch):
+    from models.seq2seq import Seq2Seq
+
+    monkeypatch.setattr(Seq2Seq, "supported_formalisms", ("funql",))
+    with pytest.raises(UnsupportedFormalismError, match="does not support formalism 'scan'"):
+        run(smoke(tmp_path), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_reports_bad_names_without_a_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "benchmarks/run.py", "data=scan_simple", "debug=smoke",
+                             "ckpt_path=last", f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "error: ckpt_path=last: no checkpoint" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,15 @@
+"""Program languages of the zoo, by the name a dataset declares (``DatasetSpec.formalism``)."""
+from zoo.formalisms.base import Formalism, FormalismError
+from zoo.formalisms.simple import COGS, SQL, FunQL, ScanActions, ScanSP
+from zoo.formalisms.sparql import CfqSparql
+
+FORMALISMS: dict[str, Formalism] = {f.name: f for f in (ScanActions(), ScanSP(), FunQL(), SQL(), COGS(), CfqSparql())}
+
+
+def get_formalism(name: str) -> Formalism:
+    if name not in FORMALISMS:
+        raise KeyError(f"unknown formalism {name!r}; known: {', '.join(sorted(FORMALISMS))}")
+    return FORMALISMS[name]
+
+
+__all__ = ["FORMALISMS", "Formalism", "FormalismError", "get_formalism"]

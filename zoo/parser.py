@@ -1,0 +1,146 @@
+"""The shared model base (DESIGN.md, Contracts): ``Featurizer`` and ``Parser``.
+
+A model implements ``training_step`` (its loss) and ``parse(batch) -> list[str]``; validation, testing,
+prediction, metrics, collected predictions and checkpointed featurizer state live here, once.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import lightning.pytorch as L
+import torch
+import torch.distributed as dist
+from torchmetrics import MetricCollection
+
+from zoo.formalisms import get_formalism
+from zoo.metrics import ExactMatch, exact_match_flags
+from zoo.types import Example
+
+
+class UnsupportedFormalismError(ValueError):
+    """A model asked to run on a program language it cannot produce."""
+
+
+class Featurizer:
+    """Turns examples into tensors for one model. Owned by the model; saved in its checkpoints.
+
+    ``fit`` sees only the training split. ``state_dict``/``from_state_dict`` must round-trip everything
+    ``fit`` learned, so a checkpoint alone can rebuild the model.
+    """
+
+    def fit(self, examples: Sequence[Example]) -> "Featurizer":
+        raise NotImplementedError
+
+    def encode(self, example: Example) -> Any:
+        raise NotImplementedError
+
+    def collate(self, items: list[Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> "Featurizer":
+        raise NotImplementedError
+
+
+class Parser(L.LightningModule):
+    """Base of every model in the zoo.
+
+    Subclasses set ``featurizer_class`` (and ``supported_formalisms`` when they cannot emit every language),
+    take ``featurizer`` and ``formalism`` as their first constructor arguments, call
+    ``self.save_hyperparameters(ignore=["featurizer"])``, and implement ``training_step`` and ``parse``.
+    """
+
+    model_name: ClassVar[str] = ""  # set by @register_model
+    featurizer_class: ClassVar[type[Featurizer]] = Featurizer
+    supported_formalisms: ClassVar[tuple[str, ...] | None] = None  # None: any formalism
+    primary_metric: ClassVar[str] = "exact_match"
+
+    def __init__(self, featurizer: Featurizer, formalism: str):
+        super().__init__()
+        self.check_formalism(formalism)
+        self.featurizer = featurizer
+        self.formalism = get_formalism(formalism)
+        self.val_metrics = MetricCollection({"exact_match": ExactMatch(self.formalism)}, prefix="val/")
+        self.test_metrics = self.val_metrics.clone(prefix="test/")
+        self.test_predictions: list[dict[str, Any]] = []
+
+    # ----- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def check_formalism(cls, formalism: str) -> None:
+        if cls.supported_formalisms is not None and formalism not in cls.supported_formalisms:
+            raise UnsupportedFormalismError(
+                f"model {cls.model_name!r} does not support formalism {formalism!r}; "
+                f"it supports: {', '.join(cls.supported_formalisms)}")
+
+    @classmethod
+    def build(cls, train: Sequence[Example], formalism: str, featurizer: dict | None = None,
+              featurizer_state: dict | None = None, **hparams) -> "Parser":
+        """Fit a featurizer on ``train`` (or restore it from a checkpoint's state) and construct the model."""
+        cls.check_formalism(formalism)
+        if featurizer_state is not None:
+            fitted = cls.featurizer_class.from_state_dict(featurizer_state)
+        else:
+            fitted = cls.featurizer_class(**(featurizer or {})).fit(train)
+        return cls(fitted, formalism, **hparams)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["model_name"] = self.model_name
+        checkpoint["featurizer"] = self.featurizer.state_dict()
+
+    @staticmethod
+    def load(path: str, map_location: str = "cpu") -> "Parser":
+        """Rebuild any registered model from one of its checkpoints, featurizer included."""
+        from zoo.registry import get_model
+
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+        cls = get_model(checkpoint["model_name"])
+        featurizer = cls.featurizer_class.from_state_dict(checkpoint["featurizer"])
+        model = cls(featurizer, **checkpoint["hyper_parameters"])
+        model.load_state_dict(checkpoint["state_dict"])
+        return model.eval()
+
+    # ----- what a model implements ----------------------------------------------------------------------------
+    def parse(self, batch: dict[str, Any]) -> list[str]:
+        raise NotImplementedError
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        # The gold examples ride along with the tensors for scoring; they stay on the host as they are.
+        examples = batch.pop("examples", None) if isinstance(batch, dict) else None
+        batch = super().transfer_batch_to_device(batch, device, dataloader_idx)
+        if examples is not None:
+            batch["examples"] = examples
+        return batch
+
+    # ----- shared evaluation ----------------------------------------------------------------------------------
+    def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection) -> tuple[list[str], list[str]]:
+        predictions = self.parse(batch)
+        golds = [example.program for example in batch["examples"]]
+        metrics.update(predictions, golds)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(golds))
+        return predictions, golds
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_predictions = []
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        predictions, golds = self._evaluate(batch, self.test_metrics)
+        flags = exact_match_flags(predictions, golds, self.formalism)
+        for example, prediction, correct in zip(batch["examples"], predictions, flags):
+            self.test_predictions.append({"utterance": example.utterance, "gold": example.program,
+                                          "prediction": prediction, "correct": correct})
+
+    def on_test_epoch_end(self) -> None:
+        # Each DDP rank saw a shard; give every rank the full list so rank 0 can write it.
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            shards: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(shards, self.test_predictions)
+            self.test_predictions = [row for shard in shards for row in shard]
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[str]:
+        return self.parse(batch)

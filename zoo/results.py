@@ -1,0 +1,64 @@
+"""Where measured numbers go: one row per run in ``results/runs.csv``, predictions in the run directory.
+
+Both writers replace the target in one ``os.replace``, so a run killed mid-write leaves the old file intact and
+never a half-written row; an exclusive lock on a sibling ``.lock`` file keeps concurrent runs (Hydra multirun,
+several jobs on one disk) from losing each other's rows.
+"""
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+@contextmanager
+def _atomic_writer(path: Path) -> Iterator[Any]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def append_row(path: str | Path, row: dict[str, Any]) -> None:
+    """Append ``row`` to a CSV whose header grows to the union of all rows' keys (old rows get empty cells)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = read_rows(path)
+        header = list(rows[0].keys()) if rows else []
+        header += [key for key in row if key not in header]
+        with _atomic_writer(path) as handle:
+            writer = csv.DictWriter(handle, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows(rows + [{k: _cell(v) for k, v in row.items()}])
+
+
+def _cell(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else value
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    with _atomic_writer(Path(path)) as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")

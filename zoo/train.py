@@ -1,0 +1,169 @@
+"""One training run, as ``benchmarks/run.py`` drives it (DESIGN.md, "The flow of one run").
+
+Resolve names (fail before any work) -> read data -> fit the featurizer and build the model -> train with
+best/last checkpoints -> test the best checkpoint -> write ``predictions.jsonl`` and one row of
+``results/runs.csv``. A row is written only when the run finishes, so an interrupted run leaves none; it
+resumes from ``checkpoints/last.ckpt`` with ``ckpt_path=last``.
+"""
+from __future__ import annotations
+
+import logging
+import platform
+import resource
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.registry import get_dataset, get_model
+from zoo.results import append_row, write_jsonl
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
+
+
+class RunConfigError(ValueError):
+    """A run that cannot start as configured (resume without a checkpoint, a used run directory...)."""
+
+
+class TrainThroughput(Callback):
+    """Counts training examples and the seconds spent in training batches only (no validation)."""
+
+    def __init__(self):
+        self.examples, self.seconds, self._start = 0, 0.0, 0.0
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.seconds += time.perf_counter() - self._start
+        self.examples += len(batch["examples"])
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train, test and record one run in ``run_dir``; returns the row written to the results file."""
+    spec = get_dataset(cfg.data.name)
+    model_cls = get_model(cfg.model.name)
+    model_cls.check_formalism(spec.formalism)
+    run_dir = Path(run_dir)
+    checkpoint_dir = run_dir / "checkpoints"
+    resume_from = _resume_path(cfg, checkpoint_dir)
+    L.seed_everything(cfg.seed, workers=True)
+
+    from datamodules import ParsingDataModule
+
+    datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule.prepare_data()
+    datamodule.setup()
+
+    params = OmegaConf.to_container(cfg.model.params, resolve=True)
+    if cfg.smoke:
+        params.update(OmegaConf.to_container(cfg.model.get("smoke_params") or {}, resolve=True))
+    featurizer_state = torch.load(resume_from, weights_only=False)["featurizer"] if resume_from else None
+    model = model_cls.build(datamodule.train, spec.formalism,
+                            featurizer=OmegaConf.to_container(cfg.model.featurizer, resolve=True),
+                            featurizer_state=featurizer_state, **params)
+    datamodule.attach(model.featurizer)
+
+    monitor = f"val/{model.primary_metric}"
+    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best", monitor=monitor, mode="max", save_top_k=1,
+                           enable_version_counter=False)
+    last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
+                           every_n_train_steps=cfg.checkpoint_every_n_steps)
+    throughput = TrainThroughput()
+    extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, *extra_callbacks],
+                                     logger=logger, default_root_dir=str(run_dir))
+
+    started = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+    train_seconds = time.perf_counter() - started
+    if trainer.interrupted:
+        raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
+
+    started = time.perf_counter()
+    best_path = best.best_model_path or None  # None when validation never ran: test the final weights
+    test_metrics = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, verbose=False)[0]
+    test_seconds = time.perf_counter() - started
+
+    row: dict[str, Any] = {}
+    if trainer.is_global_zero:
+        write_jsonl(run_dir / "predictions.jsonl", model.test_predictions)
+        row = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "git_commit": _git_commit(),
+            "model": cfg.model.name,
+            "variant": cfg.model.variant,
+            "backbone": getattr(model, "backbone", cfg.model.name),
+            "data": cfg.data.name,
+            "seed": cfg.seed,
+            **{key.replace("/", "_"): float(value) for key, value in sorted(test_metrics.items())},
+            "best_val_metric": monitor,
+            "best_val": float(best.best_model_score) if best.best_model_score is not None else "",
+            "params": sum(p.numel() for p in model.parameters()),
+            "n_train": len(datamodule.train),
+            "n_test": len(datamodule.test),
+            "train_seconds": round(train_seconds, 1),
+            "epochs": trainer.current_epoch,
+            "global_steps": trainer.global_step,
+            "train_examples_per_s": round(throughput.examples / max(throughput.seconds, 1e-9), 1),
+            "test_examples_per_s": round(len(datamodule.test) / max(test_seconds, 1e-9), 1),
+            "hardware": hardware_string(trainer),
+            "peak_memory_mb": round(_peak_memory_mb(), 1),
+            "resumed": bool(resume_from),
+            "run_dir": str(run_dir),
+        }
+        results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
+        append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
+        log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
+                 run_dir / "predictions.jsonl")
+    return row
+
+
+def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
+    if cfg.ckpt_path is None:
+        if checkpoint_dir.exists() and any(checkpoint_dir.glob("*.ckpt")) and not cfg.overwrite:
+            raise RunConfigError(
+                f"{checkpoint_dir} already holds checkpoints of an earlier run: pass ckpt_path=last to resume it, "
+                "overwrite=true to start again there, or another seed / hydra.run.dir")
+        return None
+    path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path)
+    if not path.is_file():
+        raise RunConfigError(f"ckpt_path={cfg.ckpt_path}: no checkpoint at {path}")
+    return str(path)
+
+
+def _git_commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def hardware_string(trainer: L.Trainer) -> str:
+    if trainer.accelerator.__class__.__name__.lower().startswith("cuda") and torch.cuda.is_available():
+        return f"{trainer.num_devices}x {torch.cuda.get_device_name(0)}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def _peak_memory_mb() -> float:
+    if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
