@@ -17,15 +17,20 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from datamodules import DataFormatError, MissingDataError  # noqa: E402
+from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
+
+# Mistakes in the command or the data: reported in one message, without a traceback.
+USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, MissingDataError, DataFormatError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg, HydraConfig.get().runtime.output_dir)
-    except (RegistryError, RunConfigError) as error:
+    except USER_ERRORS as error:
         sys.exit(f"error: {error}")
 
 

@@ -59,8 +59,12 @@ def register_model(name: str):
     return decorate
 
 
-def register_dataset(name: str, *, formalism: str, files: tuple[str, ...] = (), family: str = "", description: str = ""):
-    """Function decorator: ``@register_dataset("scan_simple", formalism="scan")`` on a reader ``root -> splits``."""
+def register_dataset(name: str, *, formalism: str, files: tuple[str, ...] = (), family: str = "", description: str = "",
+                     **extra):
+    """Function decorator: ``@register_dataset("scan_simple", formalism="scan")`` on a reader ``root -> splits``.
+
+    ``extra`` is kept in ``DatasetSpec.extra`` for the reader family's own use (alternative layouts, hints).
+    """
 
     def decorate(reader: Reader) -> Reader:
         from zoo.formalisms import FORMALISMS
@@ -71,7 +75,7 @@ def register_dataset(name: str, *, formalism: str, files: tuple[str, ...] = (), 
             raise RegistryError(f"dataset {name!r}: unknown formalism {formalism!r}; known: {sorted(FORMALISMS)}")
         if name in DATASETS:
             raise RegistryError(f"dataset {name!r} is already registered")
-        DATASETS[name] = DatasetSpec(name, reader, formalism, tuple(files), family, description)
+        DATASETS[name] = DatasetSpec(name, reader, formalism, tuple(files), family, description, dict(extra))
         return reader
 
     return decorate
@@ -83,16 +87,16 @@ def load_all() -> None:
     importlib.import_module("datamodules")
 
 
-def _lookup(table: dict, kind: str, name: str):
-    load_all()
+def _lookup(table: dict, kind: str, name: str, package: str):
+    importlib.import_module(package)  # registers the table's entries; a broken model never blocks a dataset lookup
     if name not in table:
         raise RegistryError(f"unknown {kind} {name!r}; registered {kind}s: {', '.join(sorted(table))}")
     return table[name]
 
 
 def get_model(name: str) -> type:
-    return _lookup(MODELS, "model", name)
+    return _lookup(MODELS, "model", name, "models")
 
 
 def get_dataset(name: str) -> DatasetSpec:
-    return _lookup(DATASETS, "dataset", name)
+    return _lookup(DATASETS, "dataset", name, "datamodules")

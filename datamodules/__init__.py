@@ -1,0 +1,10 @@
+"""Datasets of the zoo: one reader module per family, and ``ParsingDataModule`` serving any of them.
+
+Importing this package registers every dataset (``zoo.registry.DATASETS``). ``python -m datamodules stats`` prints
+the split sizes of every dataset present under the data root.
+"""
+from datamodules import cfq, cogs, geoquery, scan, scan_sp, text2sql  # noqa: F401  (importing registers)
+from datamodules.base import DataFormatError, MissingDataError, resolve_root
+from datamodules.datamodule import ParsingDataModule, read_splits
+
+__all__ = ["DataFormatError", "MissingDataError", "ParsingDataModule", "read_splits", "resolve_root"]

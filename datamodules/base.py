@@ -1,0 +1,251 @@
+"""What every dataset reader shares: the data root, clear errors, and line/JSON reading helpers.
+
+Readers are plain functions ``reader(root) -> {"train": [...], "dev": [...], "test": [...]}`` registered with
+``zoo.registry.register_dataset`` (DESIGN.md, Contracts). They read the public release layout as it lies under the
+data root (see ``../shared/data/README.md`` for the local mirror) and report a missing file or a malformed line in
+words a user can act on: which file, which line, what was expected, and how to get the data.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from zoo.registry import DATASETS, DatasetSpec, register_dataset
+from zoo.types import Example
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ROOT = REPO_ROOT / "data"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The data root
+# ----------------------------------------------------------------------------------------------------------------
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    """The data root: ``root`` when given (``data.root=``), else ``$ZOO_DATA``, else ``<repo>/data``."""
+    if root is not None and str(root) != "":
+        return Path(root).expanduser().resolve()
+    if os.environ.get("ZOO_DATA"):
+        return Path(os.environ["ZOO_DATA"]).expanduser().resolve()
+    return DEFAULT_ROOT
+
+
+def describe_root(root: str | os.PathLike) -> str:
+    """Say how ``root`` was most likely chosen, so an error message tells the user which knob to turn."""
+    root = Path(root).expanduser().resolve()
+    env = os.environ.get("ZOO_DATA")
+    if env and Path(env).expanduser().resolve() == root:
+        how = "taken from $ZOO_DATA"
+    elif root == DEFAULT_ROOT:
+        how = "the default <repo>/data, used because data.root is null and $ZOO_DATA is unset"
+    else:
+        how = "given as data.root="
+    return f"{root} ({how}; set data.root=<dir> or ZOO_DATA=<dir> to use another)"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------------------------------
+class MissingDataError(FileNotFoundError):
+    """A file a dataset needs is not under the data root.
+
+    ``download`` is the name to give ``python -m zoo.download`` (default: the dataset's); ``""`` when the files
+    cannot be downloaded (then ``hint`` says where they come from).
+    """
+
+    def __init__(self, dataset: str, root: str | os.PathLike, missing: Sequence[str | os.PathLike],
+                 hint: str = "", download: str | None = None):
+        self.dataset, self.root, self.missing = dataset, Path(root), [Path(root) / m for m in missing]
+        lines = [f"dataset {dataset!r} is missing {len(self.missing)} file(s):"]
+        lines += [f"  {p}" for p in self.missing]
+        lines.append(f"data root: {describe_root(root)}")
+        if hint:
+            lines.append(hint)
+        if download != "":
+            lines.append(f"download it with: python -m zoo.download {download or dataset} --root {self.root}")
+        super().__init__("\n".join(lines))
+
+    def __str__(self) -> str:  # FileNotFoundError's default prefixes "[Errno None]"
+        return str(self.args[0])
+
+
+class DataFormatError(ValueError):
+    """A line (or JSON entry) of a data file that does not have the documented format."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, expected: str, detail: str = ""):
+        self.path, self.line, self.expected = Path(path), line, expected
+        where = f"{path}, line {line}" if line is not None else str(path)
+        super().__init__(f"{where}: malformed data{': ' + detail if detail else ''}; expected {expected}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registration with alternative layouts
+# ----------------------------------------------------------------------------------------------------------------
+def register(name: str, *, formalism: str, files: Sequence[str], family: str, description: str,
+             alternatives: Sequence[Sequence[str]] = (), missing_hint: str = "", download: str | None = None):
+    """``register_dataset`` plus what ``check_files`` needs: other complete file sets that also work, and the
+    hint and download name for the missing-data message (kept in ``DatasetSpec.extra``)."""
+
+    return register_dataset(name, formalism=formalism, files=tuple(files), family=family, description=description,
+                            alternatives=[tuple(a) for a in alternatives], missing_hint=missing_hint,
+                            download=download)
+
+
+def require_any(dataset: str, root: str | os.PathLike, layouts: Sequence[Sequence[str]], hint: str = "",
+                download: str | None = None) -> int:
+    """Index of the first layout (a set of paths relative to ``root``) whose files all exist; otherwise a
+    ``MissingDataError`` naming what the first (preferred) layout lacks."""
+    root = Path(root)
+    for i, layout in enumerate(layouts):
+        if all((root / f).is_file() for f in layout):
+            return i
+    missing = [f for f in layouts[0] if not (root / f).is_file()]
+    raise MissingDataError(dataset, root, missing, hint, download)
+
+
+def require(dataset: str, root: str | os.PathLike, rel: str) -> Path:
+    """``root / rel`` if it is a file, else a ``MissingDataError`` for ``dataset``."""
+    extra = DATASETS[dataset].extra if dataset in DATASETS else {}
+    require_any(dataset, root, [(rel,)], extra.get("missing_hint", ""), extra.get("download"))
+    return Path(root) / rel
+
+
+def check_files(spec: DatasetSpec, root: str | os.PathLike) -> tuple[str, ...]:
+    """The complete file layout ``spec`` will read under ``root``; ``MissingDataError`` when there is none."""
+    layouts = [spec.files, *spec.extra.get("alternatives", ())]
+    i = require_any(spec.name, root, layouts, spec.extra.get("missing_hint", ""), spec.extra.get("download"))
+    return tuple(layouts[i])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------------------------
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, line without its newline)`` for every non-blank line of a UTF-8 text file."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield lineno, line
+
+
+Parse = Callable[[str], tuple[str, str, dict[str, Any]]]
+
+
+def read_examples(path: str | os.PathLike, parse: Parse, expected: str) -> list[Example]:
+    """One ``Example`` per non-blank line: ``parse(line) -> (utterance, program, meta)``.
+
+    ``parse`` signals a malformed line by raising ``ValueError``/``KeyError``/``TypeError``; that becomes a
+    ``DataFormatError`` naming the file, the line and ``expected``. ``meta["index"]`` is the example's position in
+    the file.
+    """
+    examples = []
+    for lineno, line in iter_lines(path):
+        try:
+            utterance, program, meta = parse(line)
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataFormatError(path, lineno, expected, str(e)) from None
+        if not utterance.strip() or not program.strip():
+            raise DataFormatError(path, lineno, expected, "empty utterance or program")
+        examples.append(Example(utterance, program, {"index": len(examples), **meta}))
+    return examples
+
+
+def json_record(line: str, *keys: str) -> dict[str, Any]:
+    """One JSON-lines record whose ``keys`` hold strings (``ValueError`` naming the first that does not)."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError(f"a JSON {type(record).__name__} instead of an object")
+    for k in keys:
+        if not isinstance(record.get(k), str):
+            found = "missing" if k not in record else type(record[k]).__name__
+            raise ValueError(f"field {k!r} is {found}, not a string")
+    return record
+
+
+def register_line_dataset(name: str, *, formalism: str, family: str, description: str, files: dict[str, str],
+                          parse: Parse, expected: str):
+    """Register a dataset whose every part (train/dev/test) is one file with one example per line."""
+
+    @register(name, formalism=formalism, files=tuple(files.values()), family=family, description=description)
+    def read(root: str) -> dict[str, list[Example]]:
+        return {part: read_examples(require(name, root, rel), parse, expected) for part, rel in files.items()}
+
+    read.__name__ = read.__qualname__ = f"read_{name}"
+    return read
+
+
+def load_json(path: str | os.PathLike, expected: str) -> Any:
+    """``json.load`` for a whole (small) file, a syntax error becoming a ``DataFormatError`` with its line."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, e.lineno, expected, e.msg) from None
+
+
+_WHITESPACE = re.compile(r"\s*")
+
+
+def iter_json_array(path: str | os.PathLike, expected: str, chunk_chars: int = 1 << 22) -> Iterator[tuple[int, Any]]:
+    """Stream the items of a file holding one top-level JSON array: ``(line the item starts on, item)``.
+
+    Used for CFQ's ``dataset.json`` (several GB, 239,357 entries), which ``json.load`` would hold in memory whole;
+    this keeps one ``chunk_chars`` window plus the current item.
+    """
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as f:
+        buf, pos, lineno, eof = "", 0, 1, False
+
+        def skip_space() -> bool:
+            """Advance past whitespace, refilling the window; False at end of file."""
+            nonlocal buf, pos, lineno, eof
+            while True:
+                end = _WHITESPACE.match(buf, pos).end()
+                lineno += buf.count("\n", pos, end)
+                pos = end
+                if pos < len(buf):
+                    return True
+                if eof:
+                    return False
+                buf, pos = f.read(chunk_chars), 0
+                eof = len(buf) < chunk_chars
+
+        def fail(detail: str):
+            raise DataFormatError(path, lineno, expected, detail)
+
+        if not skip_space() or buf[pos] != "[":
+            fail("the file does not start with '['")
+        pos += 1
+        first = True
+        while True:
+            if not skip_space():
+                fail("unexpected end of file inside the array")
+            if buf[pos] == "]":
+                return
+            if not first:
+                if buf[pos] != ",":
+                    fail(f"expected ',' or ']' between items, found {buf[pos]!r}")
+                pos += 1
+                if not skip_space():
+                    fail("unexpected end of file after ','")
+            first = False
+            while True:  # decode one item, widening the window until it holds the whole item
+                try:
+                    item, end = decoder.raw_decode(buf, pos)
+                    if end < len(buf) or eof:
+                        break
+                except json.JSONDecodeError as e:
+                    # near the window's end the item may just be cut off: read on; anywhere else it is broken
+                    if eof or (len(buf) - e.pos > 16 and not e.msg.startswith("Unterminated string")):
+                        lineno += buf.count("\n", pos, e.pos)
+                        fail(f"invalid JSON item: {e.msg}")
+                chunk = f.read(chunk_chars)
+                eof = len(chunk) < chunk_chars
+                buf, pos = buf[pos:] + chunk, 0
+            yield lineno, item
+            lineno += buf.count("\n", pos, end)
+            pos = end

@@ -1,0 +1,182 @@
+"""``ParsingDataModule``: the one LightningDataModule behind every dataset of the zoo (DESIGN.md, Contracts).
+
+It looks a dataset up in the registry, reads it through the registered reader, makes a validation set where the
+dataset has none (a seeded slice held out of train), and serves batches that the model's featurizer encodes lazily.
+It never knows which model it feeds: the model hands over its featurizer with ``attach``.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Protocol
+
+import lightning.pytorch as L
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.base import check_files, resolve_root
+from zoo.formalisms import Formalism, get_formalism
+from zoo.registry import DatasetSpec, get_dataset
+from zoo.types import Example
+
+_CACHE: dict[tuple[str, Path], dict[str, list[Example]]] = {}
+
+
+def read_splits(name: str, root: str | Path | None = None, cache: bool = True) -> dict[str, list[Example]]:
+    """The reader's ``{"train", "dev"?, "test"}`` for ``name`` under ``root``, read once per process when cached.
+
+    Callers must not mutate the returned lists (``ParsingDataModule`` copies them).
+    """
+    spec, root = get_dataset(name), resolve_root(root)
+    key = (name, root)
+    if key in _CACHE:
+        return _CACHE[key]
+    check_files(spec, root)
+    splits = spec.reader(str(root))
+    if cache:
+        _CACHE[key] = splits
+    return splits
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def hold_out(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
+    """Split ``examples`` into (kept, held out): a ``seed``-determined ``fraction`` (rounded, at least one when the
+    fraction is positive) held out; both keep the source order, so the split depends only on (data, fraction, seed)."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"val_fraction must be in [0, 1), got {fraction}")
+    n_val = min(len(examples) - 1, max(1, round(len(examples) * fraction))) if fraction > 0 and examples else 0
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:n_val])
+    return ([e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held])
+
+
+class Featurizer(Protocol):
+    """What the datamodule needs of a model's featurizer (the full contract is in DESIGN.md)."""
+
+    def encode(self, example: Example) -> Any: ...
+
+    def collate(self, items: list[Any]) -> dict[str, Any]: ...
+
+
+class EncodedDataset(Dataset):
+    """Examples encoded on access: ``(example, featurizer.encode(example))``."""
+
+    def __init__(self, examples: list[Example], featurizer: Featurizer):
+        self.examples, self.featurizer = examples, featurizer
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int):
+        return self.examples[i], self.featurizer.encode(self.examples[i])
+
+
+class Collate:
+    """``featurizer.collate`` of the encodings, plus ``batch["examples"]`` (the metrics compare against them).
+
+    A class rather than a closure so that worker processes can pickle it.
+    """
+
+    def __init__(self, featurizer: Featurizer):
+        self.featurizer = featurizer
+
+    def __call__(self, items: list[tuple[Example, Any]]) -> dict[str, Any]:
+        batch = self.featurizer.collate([encoded for _, encoded in items])
+        batch["examples"] = [example for example, _ in items]
+        return batch
+
+
+class ParsingDataModule(L.LightningDataModule):
+    """Train/val/test ``Example`` lists of one registered dataset, served through the attached featurizer.
+
+    Args:
+        name: registry name (``scan_simple``, ``cfq_mcd1``, ...; ``python -m datamodules stats`` lists them).
+        root: data root; ``None`` means ``$ZOO_DATA``, else ``<repo>/data``.
+        val_fraction, val_seed: for datasets without a dev set (SCAN), the share of train held out as validation
+            and the seed choosing it; ignored where a dev set exists.
+        limit_train: keep only the first N training examples (after the hold-out); ``None`` keeps all.
+        limit_eval: keep only the first N validation and N test examples.
+        batch_size, eval_batch_size: training batch size; evaluation batch size (``None``: same as training).
+        num_workers: DataLoader worker processes.
+    """
+
+    def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
+                 limit_train: int | None = None, limit_eval: int | None = None, batch_size: int = 64,
+                 eval_batch_size: int | None = None, num_workers: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.name = name
+        self.root = resolve_root(root)
+        self.val_fraction, self.val_seed = val_fraction, val_seed
+        self.limit_train, self.limit_eval = limit_train, limit_eval
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.featurizer: Featurizer | None = None
+        self.train: list[Example] | None = None
+        self.val: list[Example] | None = None
+        self.test: list[Example] | None = None
+        self.val_held_out = False  # True when val was taken out of train
+        get_dataset(name)  # fail at construction on an unknown name
+
+    @property
+    def spec(self) -> DatasetSpec:
+        return get_dataset(self.name)
+
+    @property
+    def formalism(self) -> Formalism:
+        return get_formalism(self.spec.formalism)
+
+    def prepare_data(self) -> None:
+        """Check that the dataset's files are under the root (``MissingDataError`` says which and how to get them)."""
+        check_files(self.spec, self.root)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train is not None:
+            return
+        splits = read_splits(self.name, self.root)
+        train = list(splits["train"])
+        if splits.get("dev") is not None:
+            val = list(splits["dev"])
+        else:
+            train, val = hold_out(train, self.val_fraction, self.val_seed)
+            self.val_held_out = True
+        test = list(splits["test"])
+        if self.limit_train is not None:
+            train = train[: self.limit_train]
+        if self.limit_eval is not None:
+            val, test = val[: self.limit_eval], test[: self.limit_eval]
+        self.train, self.val, self.test = train, val, test
+
+    def attach(self, featurizer: Featurizer) -> None:
+        """Use the model's ``featurizer`` to encode and collate every batch from now on."""
+        self.featurizer = featurizer
+
+    def _loader(self, examples_attr: str, shuffle: bool) -> DataLoader:
+        if self.featurizer is None:
+            raise RuntimeError(f"ParsingDataModule({self.name!r}): call attach(featurizer) with the model's featurizer "
+                               "before asking for a dataloader (the datamodule does not know how to encode examples)")
+        self.setup()
+        return DataLoader(EncodedDataset(getattr(self, examples_attr), self.featurizer),
+                          batch_size=self.batch_size if shuffle else self.eval_batch_size, shuffle=shuffle,
+                          collate_fn=Collate(self.featurizer), num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def __repr__(self) -> str:
+        sizes = ("not set up" if self.train is None
+                 else f"train={len(self.train)} val={len(self.val)} test={len(self.test)}")
+        return f"ParsingDataModule({self.name!r}, root={str(self.root)!r}, {sizes})"

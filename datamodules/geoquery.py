@@ -1,0 +1,55 @@
+"""GeoQuery (Geo880) in FunQL with the IID / TEMPLATE / LENGTH splits of Herzig & Berant 2021 (span-based-sp).
+
+Files: ``geoquery_funql/funql/<part><suffix>.json``, JSON lines ``{"question", "program"}``; the mapping from split
+to file suffix is span-based-sp's ``run_span.py`` (``../shared/data/geoquery_funql/PROVENANCE.md``). Where the
+matching ``<part><suffix>_spans.json`` has the same (question, program) pair, its gold span tree goes to
+``meta["gold_spans"]`` (train and dev only, the paper's supervised-spans setting; the spans files are optional
+and cover 513/57 of 540/60 IID examples, the ones whose programs could be aligned to spans).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from datamodules.base import json_record, read_examples, register, require
+
+SPLITS = {"iid": "", "template": "_template", "length": "_len"}
+PARTS = ("train", "dev", "test")
+SPAN_PARTS = ("train", "dev")
+EXPECTED = 'a JSON object {"question": str, "program": str}'
+EXPECTED_SPANS = 'a JSON object {"question": str, "program": str, "gold_spans": [{"span": [i, j], "type": str}, ...]}'
+
+
+def parse_line(line: str):
+    record = json_record(line, "question", "program")
+    return record["question"], record["program"], {}
+
+
+def parse_spans_line(line: str):
+    record = json_record(line, "question", "program")
+    if not isinstance(record.get("gold_spans"), list):
+        raise ValueError("field 'gold_spans' is missing or not a list")
+    return record["question"], record["program"], {"gold_spans": record["gold_spans"]}
+
+
+def make_reader(name: str, suffix: str):
+    files = {part: f"geoquery_funql/funql/{part}{suffix}.json" for part in PARTS}
+
+    @register(name, formalism="funql", files=tuple(files.values()), family="geoquery",
+              description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
+    def read(root: str):
+        splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED) for part, rel in files.items()}
+        for part in SPAN_PARTS:
+            spans_path = Path(root) / f"geoquery_funql/funql/{part}{suffix}_spans.json"
+            if spans_path.is_file():
+                spans = {(e.utterance, e.program): e.meta["gold_spans"]
+                         for e in read_examples(spans_path, parse_spans_line, EXPECTED_SPANS)}
+                for example in splits[part]:
+                    if (example.utterance, example.program) in spans:
+                        example.meta["gold_spans"] = spans[example.utterance, example.program]
+        return splits
+
+    return read
+
+
+for _split, _suffix in SPLITS.items():
+    make_reader(f"geo_funql_{_split}", _suffix)

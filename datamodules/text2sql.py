@@ -1,0 +1,57 @@
+"""Text-to-SQL on GeoQuery, ATIS and Scholar in the form of Finegan-Dollak et al. 2018 (text2sql-data).
+
+File: ``text2sql/{geography,atis,scholar}.json``, a JSON list of queries ``{"query-split", "sentences":
+[{"question-split", "text", "variables"}], "sql": [...]}`` (``../shared/data/text2sql/PROVENANCE.md``).
+``*_iid`` uses each sentence's ``question-split``; ``*_template`` uses the query's ``query-split``, so every
+paraphrase of a query lands on the same side (the template split, also used by Herzig et al. 2021).
+Utterance and program keep the variable placeholders (``state_name0``); the program is ``sql[0]``, whitespace
+normalised. ``meta`` keeps the sentence's ``variables`` (placeholder -> value, for execution) and the position of
+its query in the file (``query_index``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from datamodules.base import DataFormatError, load_json, register, require
+from zoo.types import Example
+
+DATABASES = {"geo": "geography", "atis": "atis", "scholar": "scholar"}
+SPLIT_FIELDS = {"iid": "question-split", "template": "query-split"}
+PARTS = ("train", "dev", "test")
+EXPECTED = ('a JSON list of {"query-split": train|dev|test, "sql": [str, ...], "sentences": '
+            '[{"question-split": train|dev|test, "text": str, "variables": {str: str}}, ...]}')
+
+
+def read_text2sql(path: Path, split_field: str) -> dict[str, list[Example]]:
+    """Split every sentence of every query by ``split_field`` (``question-split`` or ``query-split``)."""
+    queries = load_json(path, EXPECTED)
+    if not isinstance(queries, list):
+        raise DataFormatError(path, None, EXPECTED, "the top level is not a list")
+    splits: dict[str, list[Example]] = {part: [] for part in PARTS}
+    for query_index, query in enumerate(queries):
+        try:
+            program = " ".join(query["sql"][0].split())
+            for sentence_index, sentence in enumerate(query["sentences"]):
+                part = query[split_field] if split_field == "query-split" else sentence[split_field]
+                meta = {"index": len(splits[part]), "query_index": query_index, "sentence_index": sentence_index,
+                        "variables": dict(sentence["variables"])}
+                splits[part].append(Example(" ".join(sentence["text"].split()), program, meta))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+            raise DataFormatError(path, None, EXPECTED, f"query entry {query_index}: {type(e).__name__} {e}") from None
+    return splits
+
+
+def make_reader(name: str, database: str, split_field: str):
+    rel = f"text2sql/{database}.json"
+
+    @register(name, formalism="sql", files=(rel,), family="text2sql",
+              description=f"{database} text-to-SQL (Finegan-Dollak et al. 2018), split by {split_field}")
+    def read(root: str):
+        return read_text2sql(require(name, root, rel), split_field)
+
+    return read
+
+
+for _db, _file in DATABASES.items():
+    for _split, _field in SPLIT_FIELDS.items():
+        make_reader(f"{_db}_sql_{_split}", _file, _field)

@@ -1,0 +1,340 @@
+"""Dataset readers and ParsingDataModule.
+
+Tests marked ``mirror`` read the local data mirror (``ZOO_DATA``, e.g. ``../shared/data``) and check every
+registered dataset against the sizes its PROVENANCE.md verifies against the papers; they skip when the mirror is
+absent. The rest use small hand-written files (``tests/fixtures/datasets``, ``tmp_path``).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from datamodules import DataFormatError, MissingDataError, ParsingDataModule, read_splits
+from datamodules.base import iter_json_array, resolve_root
+from datamodules.cfq import preprocess_sparql, read_release, tokenize_punctuation
+from datamodules.datamodule import hold_out
+from zoo.registry import DATASETS
+from zoo.types import Example
+
+MIRROR = resolve_root()
+FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
+REPO = Path(__file__).resolve().parent.parent
+mirror = pytest.mark.skipif(not (MIRROR / "scan").is_dir() or not (MIRROR / "cfq").is_dir(),
+                            reason=f"data mirror not found at {MIRROR} (set ZOO_DATA=../shared/data)")
+
+# (train, dev, test) as the readers return them (dev None: held out by the datamodule), from the PROVENANCE files.
+SIZES = {
+    "scan_simple": (16728, None, 4182), "scan_length": (16990, None, 3920), "scan_addjump": (14670, None, 7706),
+    "scan_turn_left": (21890, None, 1208), "scan_around_right": (15225, None, 4476),
+    "scan_right": (15225, None, 4476), "scan_mcd1": (8365, None, 1045), "scan_mcd2": (8365, None, 1045),
+    "scan_mcd3": (8365, None, 1045),
+    "scan_sp_simple": (13383, 3345, 4182), "scan_sp_right": (12180, 3045, 4476),
+    "scan_sp_around_right": (12180, 3045, 4476),
+    "geo_funql_iid": (540, 60, 280), "geo_funql_template": (544, 60, 276), "geo_funql_length": (540, 60, 280),
+    "geo_sql_iid": (549, 49, 279), "geo_sql_template": (536, 159, 182),
+    "atis_sql_iid": (4347, 486, 447), "atis_sql_template": (4812, 121, 347),
+    "scholar_sql_iid": (499, 100, 218), "scholar_sql_template": (408, 94, 315),
+    "cfq_mcd1": (95743, 11968, 11968), "cfq_mcd2_partial": (80908, 9756, 9741),
+    "cfq_mcd3_partial": (71801, 7914, 7920), "cfq_random_partial": (47974, 5916, 5917),
+    "cogs": (24155, 3000, 3000), "cogs_gen": (24155, 3000, 21000),
+}
+FULL_CFQ_ONLY_IN_RELEASE = ("cfq_mcd2", "cfq_mcd3", "cfq_random")
+
+# First training example: utterance and the start of the program, read off the files by hand.
+FIRST = {
+    "scan_simple": ("jump opposite right twice and turn opposite right thrice", "I_TURN_RIGHT I_TURN_RIGHT I_JUMP"),
+    "scan_length": ("walk", "I_WALK"),
+    "scan_addjump": ("jump", "I_JUMP"),
+    "scan_turn_left": ("turn left", "I_TURN_LEFT"),
+    "scan_around_right": ("walk opposite right thrice after run opposite right", "I_TURN_RIGHT I_TURN_RIGHT I_RUN"),
+    "scan_right": ("walk opposite right thrice after run opposite right", "I_TURN_RIGHT I_TURN_RIGHT I_RUN"),
+    "scan_mcd1": ("run left twice after look around right", "I_TURN_RIGHT I_LOOK"),
+    "scan_mcd2": ("look around left thrice and walk", "I_TURN_LEFT I_LOOK"),
+    "scan_mcd3": ("run around left after run opposite left twice", "I_TURN_LEFT I_TURN_LEFT I_RUN"),
+    "scan_sp_simple": ("run around left twice and jump left", "i_and ( i_twice ( i_run ( i_left , i_around ) )"),
+    "scan_sp_right": ("turn left thrice after walk around right", "i_after ( i_thrice ( i_turn ( i_left ) )"),
+    "scan_sp_around_right": ("look around left thrice and run opposite left twice", "i_and ( i_thrice ( i_look"),
+    "geo_funql_iid": ("what state has the largest city ?", "answer ( state ( loc_1 ( largest ( city ( all ) ) ) ) )"),
+    "geo_funql_template": ("what is the tallest mountain in america ?", "answer ( highest ( mountain ( loc_2"),
+    "geo_funql_length": ("what is the longest river in the us ?", "answer ( longest ( river ( loc_2"),
+    "geo_sql_iid": ("what is the biggest city in state_name0", "SELECT CITYalias0.CITY_NAME FROM CITY AS CITYalias0"),
+    "geo_sql_template": ("what is the biggest city in state_name0", "SELECT CITYalias0.CITY_NAME FROM CITY"),
+    "atis_sql_iid": ("list all the flights that arrive at airport_code0 from various cities",
+                     "SELECT DISTINCT FLIGHTalias0.FLIGHT_ID FROM"),
+    "atis_sql_template": ("list all the flights that arrive at airport_code0 from various cities",
+                          "SELECT DISTINCT FLIGHTalias0.FLIGHT_ID FROM"),
+    "scholar_sql_iid": ("papers that are coauthored by authorname0 and authorname1",
+                        "SELECT DISTINCT WRITESalias0.PAPERID"),
+    "scholar_sql_template": ("papers that are coauthored by authorname0 and authorname1",
+                             "SELECT DISTINCT WRITESalias0.PAPERID"),
+    "cfq_mcd1": ("Did M2 marry M3 , marry a male person , and marry M4 and M5",
+                 "SELECT count ( * ) WHERE { ?x0 a people.person . ?x0 people.person.gender m_05zppz ."),
+    "cfq_mcd2_partial": ("Did M1 star a child and sibling of M0", "SELECT count ( * ) WHERE {"),
+    "cfq_mcd3_partial": ("Was M1 edited by and written by a actor", "SELECT count ( * ) WHERE { ?x0 a film.actor ."),
+    "cfq_random_partial": ("What editor , writer , and director of M0 , M1 , and M2 did a film producer marry and "
+                           "influence", "SELECT DISTINCT ?x0 WHERE {"),
+    "cogs": ("A rose was helped by a dog .", "rose ( x _ 1 ) AND help . theme ( x _ 3 , x _ 1 )"),
+    "cogs_gen": ("A rose was helped by a dog .", "rose ( x _ 1 ) AND help . theme ( x _ 3 , x _ 1 )"),
+}
+
+
+def test_every_registered_dataset_is_covered_here():
+    assert set(DATASETS) == set(SIZES) | set(FULL_CFQ_ONLY_IN_RELEASE)
+    assert set(FIRST) == set(SIZES)
+
+
+# ------------------------------------------------------------------------------------------------- the mirror
+@mirror
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_reader_on_mirror(name):
+    splits = read_splits(name, MIRROR, cache=name == "scan_simple")  # the datamodule tests reuse scan_simple
+    assert tuple(len(splits[p]) if p in splits else None for p in ("train", "dev", "test")) == SIZES[name]
+    first = splits["train"][0]
+    assert first.utterance == FIRST[name][0] and first.program.startswith(FIRST[name][1])
+    for part in splits.values():
+        assert [e.meta["index"] for e in part[:3]] == list(range(min(3, len(part))))
+        assert all(e.utterance and e.program for e in part)
+
+
+@mirror
+def test_meta_on_mirror():
+    scan_sp = read_splits("scan_sp_simple", MIRROR, cache=False)["train"][0]
+    assert scan_sp.meta["answer"].startswith("I_TURN_LEFT I_RUN")
+    assert read_splits("cogs_gen", MIRROR, cache=False)["test"][0].meta["type"] == "prim_to_subj_proper"
+    geo = read_splits("geo_funql_iid", MIRROR, cache=False)
+    # *_spans.json cover the alignable examples: 513 of 540 train, 57 of 60 dev (PROVENANCE); test stays bare
+    assert [sum("gold_spans" in e.meta for e in geo[p]) for p in ("train", "dev", "test")] == [513, 57, 0]
+    assert geo["train"][0].meta["gold_spans"][0] == {"span": [0, 6], "type": "span"}
+    atis = read_splits("atis_sql_template", MIRROR, cache=False)
+    first = atis["train"][0]
+    assert first.meta["variables"] == {"airport_code0": "MKE"} and first.meta["query_index"] == 0
+    assert '"airport_code0"' in first.program and "  " not in first.program
+    # template split: no query on both sides (Finegan-Dollak et al. 2018; checked in text2sql/PROVENANCE.md)
+    assert not {e.program for e in atis["train"]} & {e.program for e in atis["test"]}
+
+
+@mirror
+@pytest.mark.parametrize("name", FULL_CFQ_ONLY_IN_RELEASE)
+def test_full_cfq_split_without_release_says_partial(name):
+    with pytest.raises(MissingDataError) as err:
+        ParsingDataModule(name, root=str(MIRROR)).prepare_data()
+    message = str(err.value)
+    assert f"{name}_partial" in message and "cfq/dataset.json" in message
+    assert f"python -m zoo.download cfq --root {MIRROR}" in message
+    with pytest.raises(MissingDataError, match="_partial"):
+        read_splits(name, MIRROR)
+
+
+# ----------------------------------------------------------------------------------------- the datamodule
+@mirror
+def test_held_out_validation_is_deterministic_and_disjoint():
+    dm = ParsingDataModule("scan_simple", root=str(MIRROR))
+    dm.prepare_data()
+    dm.setup()
+    assert (len(dm.train), len(dm.val), len(dm.test)) == (16728 - 1673, 1673, 4182)
+    train_ids, val_ids = {e.meta["index"] for e in dm.train}, {e.meta["index"] for e in dm.val}
+    assert not train_ids & val_ids and len(train_ids | val_ids) == 16728
+    again = ParsingDataModule("scan_simple", root=str(MIRROR))
+    again.setup()
+    assert [e.meta["index"] for e in again.val] == [e.meta["index"] for e in dm.val]
+    other = ParsingDataModule("scan_simple", root=str(MIRROR), val_seed=1)
+    other.setup()
+    assert {e.meta["index"] for e in other.val} != val_ids
+    limited = ParsingDataModule("scan_simple", root=str(MIRROR), limit_train=10, limit_eval=3)
+    limited.setup()
+    assert limited.train == dm.train[:10] and limited.val == dm.val[:3] and limited.test == dm.test[:3]
+    assert dm.formalism.name == "scan" and dm.spec.name == "scan_simple"
+
+
+def test_hold_out_edge_cases():
+    examples = [Example(str(i), str(i), {"index": i}) for i in range(5)]
+    assert hold_out(examples, 0.0, 0) == (examples, [])
+    kept, held = hold_out(examples, 0.01, 0)
+    assert len(held) == 1 and sorted(kept + held, key=lambda e: e.meta["index"]) == examples
+    with pytest.raises(ValueError):
+        hold_out(examples, 1.0, 0)
+
+
+class FakeFeaturizer:
+    """Encodes an utterance as its token count; collates by stacking."""
+
+    def encode(self, example):
+        return torch.tensor(len(example.utterance.split()))
+
+    def collate(self, items):
+        return {"lengths": torch.stack(items)}
+
+
+def write_scan_root(root: Path, n_train: int = 20, n_test: int = 6) -> Path:
+    folder = root / "scan" / "simple_split"
+    folder.mkdir(parents=True)
+    for part, n in (("train", n_train), ("test", n_test)):
+        lines = [f"IN: {' '.join(['walk'] * (i + 1))} OUT: {' '.join(['I_WALK'] * (i + 1))}" for i in range(n)]
+        (folder / f"tasks_{part}_simple.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_dataloader_round_trip(tmp_path):
+    dm = ParsingDataModule("scan_simple", root=str(write_scan_root(tmp_path)), val_fraction=0.25, batch_size=4,
+                           eval_batch_size=5)
+    dm.setup()
+    with pytest.raises(RuntimeError, match="attach"):
+        dm.train_dataloader()
+    dm.attach(FakeFeaturizer())
+    torch.manual_seed(0)
+    train_batches = list(dm.train_dataloader())
+    assert [len(b["examples"]) for b in train_batches] == [4, 4, 4, 3]
+    for batch in train_batches:
+        assert batch["lengths"].tolist() == [len(e.utterance.split()) for e in batch["examples"]]
+    seen = [e for b in train_batches for e in b["examples"]]
+    assert sorted(seen, key=lambda e: e.meta["index"]) == dm.train and seen != dm.train  # all, shuffled
+    val = list(dm.val_dataloader())
+    assert [e for b in val for e in b["examples"]] == dm.val and len(dm.val) == 5
+    test = list(dm.test_dataloader())
+    assert [len(b["examples"]) for b in test] == [5, 1]
+    assert [e for b in dm.predict_dataloader() for e in b["examples"]] == dm.test
+
+
+# ----------------------------------------------------------------------------------------------- errors
+MALFORMED = [  # dataset, file under the root, good line, bad line, words the message must contain
+    ("scan_simple", "scan/simple_split/tasks_train_simple.txt", "IN: walk OUT: I_WALK", "walk I_WALK",
+     "IN: <command> OUT: <actions>"),
+    ("scan_sp_simple", "scan_sp/dsl/train_simple.json",
+     '{"question": "walk", "program": "i_walk", "answer": "I_WALK"}', '{"question": "walk", "program": "i_walk"}',
+     "answer"),
+    ("cogs", "cogs/train.tsv", "A dog ran .\trun . agent ( x _ 2 , x _ 1 )\tin_distribution", "A dog ran .",
+     "<sentence>\\t<logical form>"),
+    ("geo_funql_iid", "geoquery_funql/funql/train.json", '{"question": "q", "program": "answer ( x )"}',
+     '{"question": "q", "program": ', "question"),
+    ("cfq_mcd1", "cfq/preprocessed/mcd1/train/train_decode.txt", "SELECT DISTINCT ?x0 WHERE { ?x0 a film.actor }",
+     None, "one query per question"),
+]
+
+
+@pytest.mark.parametrize("name, rel, good, bad, expected", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_line_names_file_and_line(tmp_path, name, rel, good, bad, expected):
+    for rel_other in DATASETS[name].files:  # every file well-formed (a CFQ question may be any text) ...
+        (tmp_path / rel_other).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel_other).write_text(f"{good}\n" * 3)
+    # ... except the target, broken on its 4th line (CFQ: a 4th query for 3 questions)
+    (tmp_path / rel).write_text(f"{good}\n{good}\n\n{bad}\n" if bad is not None else f"{good}\n" * 4)
+    with pytest.raises(DataFormatError) as err:
+        read_splits(name, tmp_path, cache=False)
+    message = str(err.value)
+    assert str(tmp_path / rel) in message and "line 4" in message and expected in message
+    assert isinstance(err.value, ValueError)
+
+
+def test_malformed_text2sql_names_line(tmp_path):
+    (tmp_path / "text2sql").mkdir()
+    (tmp_path / "text2sql" / "atis.json").write_text('[\n  {"query-split": "train",\n  "sql": [}\n]\n')
+    with pytest.raises(DataFormatError, match=r"atis\.json, line 3"):
+        read_splits("atis_sql_iid", tmp_path, cache=False)
+
+
+def test_missing_file_names_path_root_and_download(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZOO_DATA", raising=False)
+    dm = ParsingDataModule("scan_length", root=str(tmp_path))
+    with pytest.raises(MissingDataError) as err:
+        dm.prepare_data()
+    message = str(err.value)
+    assert str(tmp_path / "scan/length_split/tasks_train_length.txt") in message
+    assert "data.root=" in message and "ZOO_DATA" in message
+    assert f"python -m zoo.download scan_length --root {tmp_path}" in message
+    assert isinstance(err.value, FileNotFoundError)
+    train = tmp_path / "scan/length_split/tasks_train_length.txt"
+    train.parent.mkdir(parents=True)
+    train.write_text("IN: walk OUT: I_WALK\n")
+    with pytest.raises(MissingDataError) as err:
+        dm.setup()
+    assert "tasks_test_length.txt" in str(err.value) and str(train) not in str(err.value)
+
+
+def test_root_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_DATA", str(tmp_path))
+    assert ParsingDataModule("cogs").root == tmp_path.resolve()
+    assert ParsingDataModule("cogs", root=str(tmp_path / "x")).root == (tmp_path / "x").resolve()
+    monkeypatch.delenv("ZOO_DATA")
+    assert ParsingDataModule("cogs").root == REPO / "data"
+    with pytest.raises(KeyError, match="scan_simple"):
+        ParsingDataModule("no_such_dataset")
+
+
+# ------------------------------------------------------------------------------------ CFQ release layout
+RELEASE_MCD2 = {  # fixture dataset.json indices train [3, 0, 1], dev [4], test [2], preprocessed by hand
+    "train": [
+        ("Which male Swedish costume designer executive produced M2 and wrote M1",
+         "SELECT DISTINCT ?x0 WHERE { ?x0 a film.film_costumer_designer . ?x0 film.producer.films_executive_produced "
+         "M2 . ?x0 film.writer.film M1 . ?x0 people.person.gender m_05zppz . ?x0 people.person.nationality m_0d0vqn }"),
+        ("What was founded by M0 and founded by a actor",
+         "SELECT DISTINCT ?x0 WHERE { ?x0 organization.organization.founders ?x1 . "
+         "?x0 organization.organization.founders M0 . ?x1 a film.actor }"),
+        ("Was M1 ' s child , spouse , and sibling M0",
+         "SELECT count ( * ) WHERE { M0 people.person.sibling_s/ns:people.sibling_relationship.sibling|"
+         "ns:fictional_universe.fictional_character.siblings/ns:fictional_universe.sibling_relationship_of_fictional_"
+         "characters.siblings M1 . M1 people.person.children|ns:fictional_universe.fictional_character.children M0 }"),
+    ],
+    "dev": [("Did M1 star a child and sibling of M0",
+             "SELECT count ( * ) WHERE { ?x0 people.person.parents M0 . "
+             "M1 film.film.starring/ns:film.performance.actor ?x0 }")],
+    "test": [("Did M2 marry M3 , marry a male person , and marry M4 and M5",
+              "SELECT count ( * ) WHERE { ?x0 a people.person . ?x0 people.person.gender m_05zppz . "
+              "FILTER ( M2 != ?x0 ) . M2 people.person.spouse_s/ns:people.marriage.spouse M3 }")],
+}
+
+
+@pytest.mark.parametrize("chunk_chars", [1 << 22, 7, 1])
+def test_cfq_release_layout(chunk_chars):
+    splits = read_release(str(FIXTURES), "mcd2", chunk_chars=chunk_chars)
+    assert {p: [(e.utterance, e.program) for e in splits[p]] for p in splits} == RELEASE_MCD2
+    assert [e.meta["dataset_index"] for e in splits["train"]] == [3, 0, 1]
+    assert [e.meta["index"] for e in splits["train"]] == [0, 1, 2]
+
+
+def test_cfq_full_split_reads_release_through_the_datamodule(tmp_path):
+    dm = ParsingDataModule("cfq_mcd2", root=str(FIXTURES))
+    dm.prepare_data()
+    dm.setup()
+    assert [e.utterance for e in dm.val] == [RELEASE_MCD2["dev"][0][0]] and len(dm.train) == 3
+    # cfq_mcd1 prefers preprocessed files but falls back to the release
+    shutil.copytree(FIXTURES / "cfq", tmp_path / "cfq")
+    shutil.copy(tmp_path / "cfq/splits/mcd2.json", tmp_path / "cfq/splits/mcd1.json")
+    assert [e.program for e in read_splits("cfq_mcd1", tmp_path, cache=False)["test"]] == [RELEASE_MCD2["test"][0][1]]
+
+
+@mirror
+def test_cfq_preprocessing_reproduces_googles_files():
+    # fixture example 3 is MCD1 train line 2 in raw form: our preprocessing must give Google's line byte for byte
+    lines = (MIRROR / "cfq/preprocessed/mcd1/train/train_decode.txt").open().readlines()[:2]
+    assert lines[1].rstrip("\n") == RELEASE_MCD2["train"][0][1]
+
+
+def test_cfq_preprocessing_and_broken_release(tmp_path):
+    assert tokenize_punctuation("Was M1's  child,spouse") == "Was M1 ' s child , spouse"
+    assert preprocess_sparql("SELECT count(*) WHERE {\n?x0 ns:a.b ns:m.0x\n}") == \
+        "SELECT count ( * ) WHERE { ?x0 a.b m_0x }"
+    broken = tmp_path / "dataset.json"
+    broken.write_text('[\n {"a": 1},\n {"a": 2}\n {"a": 3}\n]')
+    with pytest.raises(DataFormatError, match=r"dataset\.json, line 4"):
+        list(iter_json_array(broken, "a JSON list", chunk_chars=5))
+    broken.write_text('[\n {"a": 1},\n {"a": tru},\n {"a": 3}, {"a": 4}, {"a": 5}, {"a": 6}, {"a": 7}\n]')
+    with pytest.raises(DataFormatError, match=r"dataset\.json, line 3: malformed data: invalid JSON"):
+        list(iter_json_array(broken, "a JSON list", chunk_chars=5))
+    items = [item for _, item in iter_json_array(FIXTURES / "cfq/dataset.json", "x", 3)]
+    assert len(items) == 6 and items[5]["question"].endswith("5?")
+
+
+# ------------------------------------------------------------------------------------------------ configs
+def test_configs_mirror_the_registry():
+    from hydra import compose, initialize_config_dir
+
+    configs = REPO / "configs" / "data"
+    assert {p.stem for p in configs.glob("*.yaml")} - {"_base"} == set(DATASETS)
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
+        for name in ("scan_simple", "cfq_mcd2_partial"):
+            cfg = compose(overrides=[f"+data={name}"]).data
+            dm = ParsingDataModule(**cfg)
+            assert (dm.name, dm.batch_size, dm.val_fraction) == (name, 64, 0.1)

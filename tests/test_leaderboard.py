@@ -1,0 +1,117 @@
+"""benchmarks/leaderboard.py on a synthetic runs.csv: aggregation, published join, Markdown, plot, bad input.
+
+Expected numbers: seq2seq/baseline on scan_length with seeds 1, 2, 3 at 0.10/0.20/0.30 exact match gives a mean of
+20.0 and a *sample* standard deviation (ddof=1) of 10.0 percent points; published is herzig2021 table 1's 14.5.
+"""
+import csv
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("leaderboard", ROOT / "benchmarks" / "leaderboard.py")
+leaderboard = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(leaderboard)
+
+HEADER = ["time", "git_commit", "model", "variant", "backbone", "data", "seed", "test_exact_match",
+          "best_val_metric", "best_val", "params", "train_seconds", "epochs", "test_examples_per_s", "hardware",
+          "run_dir"]
+
+
+def run(model, variant, backbone, data, seed, em, params=1000, secs=60, hw="cpu"):
+    return ["2025-01-01T00:00:00", "abc", model, variant, backbone, data, seed, em, "val_exact_match", "0.5",
+            params, secs, 1, 250.0, hw, f"runs/{seed}"]
+
+
+def write_runs(path, rows, header=HEADER):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+    return path
+
+
+@pytest.fixture
+def built(tmp_path):
+    runs = write_runs(tmp_path / "runs.csv", [
+        run("seq2seq", "baseline", "t5-mini-scratch", "scan_length", 1, "0.10", params=1000, secs=60, hw="cpu"),
+        run("seq2seq", "baseline", "t5-mini-scratch", "scan_length", 2, "0.20", params=1000, secs=120, hw="H100"),
+        run("seq2seq", "baseline", "t5-mini-scratch", "scan_length", 3, "0.30", params=1000, secs=180, hw="cpu"),
+        run("ggd", "ggd", "lstm", "cfq_mcd2_partial", 1, "0.42"),
+        run("ggd", "ggd", "lstm", "cfq_mcd1", 1, "0.5"),
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "oops"),  # line 7: malformed, skipped
+    ])
+    out = tmp_path / "results"
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", out)
+    return board, out
+
+
+def row(df, **keys):
+    sel = df[(df[list(keys)] == pd.Series(keys)).all(axis=1)]
+    assert len(sel) == 1, sel
+    return sel.iloc[0]
+
+
+def test_csv_values_and_published_join(built):
+    _, out = built
+    df = pd.read_csv(out / "leaderboard.csv")
+    assert list(df.columns)[:13] == ["model", "variant", "backbone", "data", "metric", "mean", "std", "seeds",
+                                     "published", "published_source", "params", "train_minutes", "hardware"]
+    r = row(df, model="seq2seq", variant="baseline", data="scan_length", metric="exact_match")
+    assert (r["mean"], r["std"], r["seeds"], r["params"], r["train_minutes"]) == (20.0, 10.0, 3, 1000, 2.0)
+    assert r["hardware"] == "H100; cpu"
+    assert r["published"] == 14.5
+    assert r["published_source"] == "herzig2021 table 1 (t5-base, pretrained)"
+    # Two ggd rows exist for cfq_mcd1 with the same backbone: the first in file order wins (table 1, no dev tuning).
+    g = row(df, model="ggd", data="cfq_mcd1")
+    assert (g["mean"], g["published"]) == (50.0, 97.9) and pd.isna(g["std"])
+    assert g["published_source"].startswith("gai2021 table 1")
+
+
+def test_partial_never_gets_published(built):
+    board, out = built
+    r = row(pd.read_csv(out / "leaderboard.csv"), data="cfq_mcd2_partial")
+    assert r["mean"] == 42.0 and pd.isna(r["published"]) and pd.isna(r["published_source"])
+    assert "_partial" in (out / "LEADERBOARD.md").read_text() and "no published number" in (out / "LEADERBOARD.md").read_text()
+    assert "rir" not in set(board["variant"])  # the malformed row was skipped
+    assert set(board["metric"]) == {"exact_match"}  # test_examples_per_s is a speed, not a metric
+
+
+def test_markdown_and_plot(built):
+    _, out = built
+    md = (out / "LEADERBOARD.md").read_text()
+    assert "## SCAN" in md and "## CFQ" in md and "## COGS" not in md
+    assert "benchmarks/run.py" in md and "results/runs.csv" in md
+    assert "| scan_length | seq2seq | baseline | t5-mini-scratch | exact_match | 20.0 ± 10.0 | 3 | 14.5 |" in md
+    png = out / "leaderboard.png"
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_malformed_row_reported_with_line_number_and_rerun_replaces_seed(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5"),
+                                              run("seq2seq", "baseline", "lstm", "scan_length", 2, "55.0"),
+                                              run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.7")])
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    assert ":3: test_exact_match='55.0' is not a fraction" in capsys.readouterr().err  # percent, not a fraction
+    assert (board["seeds"].tolist(), board["mean"].tolist()) == ([1], [70.0])  # the later seed-1 row wins
+
+
+def test_older_rows_with_fewer_columns_are_padded(tmp_path):
+    # A row written before the header grew: its trailing cells are simply missing.
+    old_row = run("span_cky", "spanbasedsp", "bert-base", "geo_funql_template", 1, "0.8")[:8]
+    runs = write_runs(tmp_path / "runs.csv", [old_row])
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    assert board.iloc[0]["mean"] == 80.0 and pd.isna(board.iloc[0]["params"])
+
+
+@pytest.mark.parametrize("content", [None, "", ",".join(HEADER) + "\n"])
+def test_missing_or_empty_runs_is_a_clear_error(tmp_path, capsys, content):
+    """Missing file, empty file, header only: exit 1, a message pointing at benchmarks/run.py, nothing written."""
+    runs = tmp_path / "runs.csv"
+    if content is not None:
+        runs.write_text(content)
+    out = tmp_path / "out"
+    assert leaderboard.main(["--runs", str(runs), "--out", str(out)]) == 1
+    assert "run benchmarks/run.py first" in capsys.readouterr().err
+    assert not out.exists()
