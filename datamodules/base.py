@@ -65,7 +65,8 @@ class MissingDataError(FileNotFoundError):
         if hint:
             lines.append(hint)
         if download != "":
-            lines.append(f"download it with: python -m zoo.download {download or dataset} --root {self.root}")
+            lines.append(f"download it with: python -m zoo.download {download or dataset} --root {self.root} "
+                         "(or run with data.download=true)")
         super().__init__("\n".join(lines))
 
     def __str__(self) -> str:  # FileNotFoundError's default prefixes "[Errno None]"

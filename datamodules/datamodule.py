@@ -6,6 +6,7 @@ It never knows which model it feeds: the model hands over its featurizer with ``
 """
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,11 +14,12 @@ from typing import Any, Protocol
 import lightning.pytorch as L
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import check_files, resolve_root
+from datamodules.base import MissingDataError, check_files, resolve_root
 from zoo.formalisms import Formalism, get_formalism
 from zoo.registry import DatasetSpec, get_dataset
 from zoo.types import Example
 
+log = logging.getLogger(__name__)
 _CACHE: dict[tuple[str, Path], dict[str, list[Example]]] = {}
 
 
@@ -101,11 +103,12 @@ class ParsingDataModule(L.LightningDataModule):
         limit_eval: keep only the first N validation and N test examples.
         batch_size, eval_batch_size: training batch size; evaluation batch size (``None``: same as training).
         num_workers: DataLoader worker processes.
+        download: fetch missing files with ``zoo.download`` (verified by SHA-256) instead of failing.
     """
 
     def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
                  limit_train: int | None = None, limit_eval: int | None = None, batch_size: int = 64,
-                 eval_batch_size: int | None = None, num_workers: int = 0):
+                 eval_batch_size: int | None = None, num_workers: int = 0, download: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.name = name
@@ -114,6 +117,7 @@ class ParsingDataModule(L.LightningDataModule):
         self.limit_train, self.limit_eval = limit_train, limit_eval
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers
+        self.download = download
         self.featurizer: Featurizer | None = None
         self.train: list[Example] | None = None
         self.val: list[Example] | None = None
@@ -130,8 +134,18 @@ class ParsingDataModule(L.LightningDataModule):
         return get_formalism(self.spec.formalism)
 
     def prepare_data(self) -> None:
-        """Check that the dataset's files are under the root (``MissingDataError`` says which and how to get them)."""
-        check_files(self.spec, self.root)
+        """Check that the dataset's files are under the root, downloading the missing ones when ``download``;
+        otherwise ``MissingDataError`` says which are missing and how to get them."""
+        try:
+            check_files(self.spec, self.root)
+        except MissingDataError as missing:
+            if not self.download:
+                raise
+            from zoo.download import download
+
+            log.info("%s", missing)
+            download(self.name, self.root, files=[str(p.relative_to(self.root)) for p in missing.missing])
+            check_files(self.spec, self.root)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train is not None:

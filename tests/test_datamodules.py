@@ -338,3 +338,25 @@ def test_configs_mirror_the_registry():
             cfg = compose(overrides=[f"+data={name}"]).data
             dm = ParsingDataModule(**cfg)
             assert (dm.name, dm.batch_size, dm.val_fraction) == (name, 64, 0.1)
+
+
+def test_prepare_data_downloads_missing_files_when_asked(tmp_path, monkeypatch):
+    """data.download=true hands exactly the missing paths to zoo.download, then reads them."""
+    import zoo.download
+
+    calls = []
+
+    def fake_download(name, root, files):
+        calls.append((name, sorted(files)))
+        for rel in files:
+            (Path(root) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(root) / rel).write_text("IN: jump OUT: I_JUMP\n")
+
+    monkeypatch.setattr(zoo.download, "download", fake_download)
+    with pytest.raises(MissingDataError):
+        ParsingDataModule("scan_mcd1", root=str(tmp_path)).prepare_data()
+    datamodule = ParsingDataModule("scan_mcd1", root=str(tmp_path), download=True, val_fraction=0.0)
+    datamodule.prepare_data()
+    assert calls == [("scan_mcd1", ["scan/mcd_split/tasks_test_mcd1.txt", "scan/mcd_split/tasks_train_mcd1.txt"])]
+    datamodule.setup()
+    assert datamodule.test[0].program == "I_JUMP"
