@@ -36,7 +36,7 @@ def test_cli_smoke_run_writes_a_row_and_predictions(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "benchmarks/run.py", "model=seq2seq", "data=scan_simple", "debug=smoke",
                              f"hydra.run.dir={tmp_path / 'run'}", f"results_file={tmp_path / 'runs.csv'}"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     [row] = read_rows(tmp_path / "runs.csv")
     assert row["model"] == "seq2seq" and row["data"] == "scan_simple" and row["seed"] == "1"
@@ -105,7 +105,7 @@ def test_model_on_an_unsupported_formalism_fails_before_training(tmp_path, monke
 def test_cli_reports_bad_names_without_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "benchmarks/run.py", "data=scan_simple", "debug=smoke",
                              "ckpt_path=last", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "error: ckpt_path=last: no checkpoint" in result.stderr
     assert "Traceback" not in result.stderr
