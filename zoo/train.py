@@ -52,6 +52,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     spec = get_dataset(cfg.data.name)
     model_cls = get_model(cfg.model.name)
     model_cls.check_formalism(spec.formalism)
+    commit = _git_commit()  # the code that trains, read before a long run gives time for new commits
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
     resume_from = _resume_path(cfg, checkpoint_dir)
@@ -99,7 +100,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         write_jsonl(run_dir / "predictions.jsonl", model.test_predictions)
         row = {
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": _git_commit(),
+            "git_commit": commit,
             "model": cfg.model.name,
             "variant": cfg.model.variant,
             "backbone": getattr(model, "backbone", cfg.model.name),
