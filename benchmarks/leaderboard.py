@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from zoo.results import atomic_path  # noqa: E402
+
 KEYS = ["model", "variant", "backbone", "data", "metric"]
 NOT_METRICS = ("_per_s", "_seconds", "_mb")  # test_examples_per_s is a speed, not a test metric
 # Display order of the Markdown tables; a data name belongs to the family of its longest matching prefix.
@@ -114,16 +117,6 @@ def aggregate(long: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     return board
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same folder, so os.replace is atomic
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _fmt(x, spec: str = ".1f") -> str:
     return "" if pd.isna(x) else format(x, spec)
 
@@ -203,9 +196,12 @@ def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.c
     board = aggregate(long, published)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "leaderboard.csv", lambda p: board.to_csv(p, index=False))
-    _atomic_write(out / "LEADERBOARD.md", lambda p: Path(p).write_text(to_markdown(board), encoding="utf-8"))
-    _atomic_write(out / "leaderboard.png", lambda p: plot(board, p))
+    with atomic_path(out / "leaderboard.csv") as tmp:
+        board.to_csv(tmp, index=False)
+    with atomic_path(out / "LEADERBOARD.md") as tmp:
+        tmp.write_text(to_markdown(board), encoding="utf-8")
+    with atomic_path(out / "leaderboard.png") as tmp:
+        plot(board, tmp)
     return board
 
 

@@ -17,18 +17,25 @@ from typing import Any, Iterable, Iterator
 
 
 @contextmanager
-def _atomic_writer(path: Path) -> Iterator[Any]:
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path``; whatever the block writes there replaces ``path`` when it succeeds."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield Path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+@contextmanager
+def _atomic_writer(path: Path) -> Iterator[Any]:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
