@@ -360,3 +360,17 @@ def test_prepare_data_downloads_missing_files_when_asked(tmp_path, monkeypatch):
     assert calls == [("scan_mcd1", ["scan/mcd_split/tasks_test_mcd1.txt", "scan/mcd_split/tasks_train_mcd1.txt"])]
     datamodule.setup()
     assert datamodule.test[0].program == "I_JUMP"
+
+
+@mirror
+def test_stats_command_prints_counts_of_present_datasets(tmp_path, capsys):
+    from datamodules.__main__ import main
+
+    for rel in DATASETS["scan_mcd1"].files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(MIRROR / rel, tmp_path / rel)
+    main(["stats", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    [row] = [line.split() for line in out.splitlines() if line.startswith("scan_mcd1 ")]
+    assert row == ["scan_mcd1", "scan", "7,529", "836*", "1,045"]  # 8,365 train minus the 10% held out
+    assert "held out from train" in out and "scan_simple: missing" in out
