@@ -54,3 +54,14 @@ def test_unknown_names_list_the_registered_ones():
         registry.get_model("transformer_xl")
     with pytest.raises(registry.RegistryError, match="registered datasets: .*scan_simple"):
         registry.get_dataset("scan_nope")
+
+
+def test_an_unknown_name_on_the_command_line_lists_the_options():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException) as error:
+        compose_run("model=ggd_typo")
+    assert error.value.options and "seq2seq" in error.value.options
+    with pytest.raises(MissingConfigException) as error:
+        compose_run("data=scan_nope")
+    assert "scan_simple" in error.value.options
