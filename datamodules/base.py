@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from zoo.download import default_root
 from zoo.registry import DATASETS, DatasetSpec, register_dataset
 from zoo.types import Example
 
@@ -28,9 +29,7 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     """The data root: ``root`` when given (``data.root=``), else ``$ZOO_DATA``, else ``<repo>/data``."""
     if root is not None and str(root) != "":
         return Path(root).expanduser().resolve()
-    if os.environ.get("ZOO_DATA"):
-        return Path(os.environ["ZOO_DATA"]).expanduser().resolve()
-    return DEFAULT_ROOT
+    return default_root().expanduser().resolve()
 
 
 def describe_root(root: str | os.PathLike) -> str:
