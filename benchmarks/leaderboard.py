@@ -174,7 +174,7 @@ def plot(board: pd.DataFrame, path: str) -> None:
             if pd.notna(r["published"]):
                 ax.plot(x, r["published"], "kD", markersize=5, label=None if "pub" in labelled else "published")
                 labelled.add("pub")
-    rotate = len(cats) > 6
+    rotate = len(cats) > 4  # long split names overlap beyond a few bars
     ax.set_xticks(range(len(cats)), [f"{d}\n{m}" for d, m in cats], fontsize=8, rotation=30 if rotate else 0,
                   ha="right" if rotate else "center", rotation_mode="anchor")
     ax.set_xlim(-0.6, len(cats) - 0.4)

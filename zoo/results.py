@@ -23,6 +23,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be read by everyone
     try:
         yield Path(tmp)
         os.replace(tmp, path)
