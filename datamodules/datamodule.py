@@ -190,6 +190,13 @@ class ParsingDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        # batch["examples"] (frozen dataclasses, for scoring) stays on the host; Lightning would try to move them.
+        examples = batch.pop("examples")
+        batch = super().transfer_batch_to_device(batch, device, dataloader_idx)
+        batch["examples"] = examples
+        return batch
+
     def __repr__(self) -> str:
         sizes = ("not set up" if self.train is None
                  else f"train={len(self.train)} val={len(self.val)} test={len(self.test)}")

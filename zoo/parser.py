@@ -106,14 +106,6 @@ class Parser(L.LightningModule):
     def parse(self, batch: dict[str, Any]) -> list[str]:
         raise NotImplementedError
 
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        # The gold examples ride along with the tensors for scoring; they stay on the host as they are.
-        examples = batch.pop("examples", None) if isinstance(batch, dict) else None
-        batch = super().transfer_batch_to_device(batch, device, dataloader_idx)
-        if examples is not None:
-            batch["examples"] = examples
-        return batch
-
     # ----- shared evaluation ----------------------------------------------------------------------------------
     def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection) -> tuple[list[str], list[str]]:
         predictions = self.parse(batch)

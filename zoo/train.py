@@ -161,7 +161,7 @@ def hardware_string(trainer: L.Trainer) -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {torch.get_num_threads()} threads"
+    return f"{cpu}, torch threads: {torch.get_num_threads()}"
 
 
 def _peak_memory_mb() -> float:
