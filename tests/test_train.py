@@ -75,6 +75,9 @@ def test_interrupted_run_leaves_no_row_and_resumes(tmp_path):
     assert row["resumed"] is True and row["global_steps"] == 6
     assert len(read_rows(tmp_path / "runs.csv")) == 1
 
+    row = run(smoke(tmp_path, *overrides, "overwrite=true"), run_dir)  # starts again from step 0
+    assert row["resumed"] is False and row["global_steps"] == 6
+
 
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(RunConfigError, match="no checkpoint"):

@@ -131,10 +131,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     if cfg.ckpt_path is None:
-        if checkpoint_dir.exists() and any(checkpoint_dir.glob("*.ckpt")) and not cfg.overwrite:
+        earlier = sorted(checkpoint_dir.glob("*.ckpt"))
+        if earlier and not cfg.overwrite:
             raise RunConfigError(
                 f"{checkpoint_dir} already holds checkpoints of an earlier run: pass ckpt_path=last to resume it, "
                 "overwrite=true to start again there, or another seed / hydra.run.dir")
+        for path in earlier:  # overwrite=true: a stale best.ckpt must not be tested in place of this run's
+            path.unlink()
         return None
     path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path)
     if not path.is_file():
