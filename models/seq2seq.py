@@ -74,13 +74,16 @@ class Seq2SeqFeaturizer(Featurizer):
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    def ids(self, text: str) -> list[int]:
+    def ids(self, text: str, max_length: int | None = None) -> list[int]:
+        """Token ids of ``text`` ending in </s>, cut to ``max_length`` at the end (the start is what matters)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if max_length is not None:
+            ids = ids[: max_length - 1]
         return ids + [self.eos_id]
 
     def encode(self, example: Example) -> dict[str, torch.Tensor]:
-        return {"input_ids": torch.tensor(self.ids(example.utterance)[-self.max_source_length:]),
-                "labels": torch.tensor(self.ids(example.program)[: self.max_target_length])}
+        return {"input_ids": torch.tensor(self.ids(example.utterance, self.max_source_length)),
+                "labels": torch.tensor(self.ids(example.program, self.max_target_length))}
 
     def collate(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         input_ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=self.pad_id)

@@ -27,6 +27,9 @@ def test_featurizer_round_trip_and_state():
     encoded = featurizer.encode(EXAMPLES[9])
     assert encoded["labels"][-1].item() == featurizer.eos_id
     assert featurizer.decode(encoded["labels"][None]) == [EXAMPLES[9].program]
+    short = Seq2SeqFeaturizer(max_source_length=2, max_target_length=3).fit(EXAMPLES).encode(EXAMPLES[9])
+    assert short["input_ids"].tolist() == [*encoded["input_ids"][:1].tolist(), featurizer.eos_id]
+    assert short["labels"].tolist() == [*encoded["labels"][:2].tolist(), featurizer.eos_id]
     restored = Seq2SeqFeaturizer.from_state_dict(featurizer.state_dict())
     assert torch.equal(restored.encode(EXAMPLES[9])["input_ids"], encoded["input_ids"])
     assert featurizer.decode(torch.tensor([[featurizer.tokenizer.token_to_id("I_JUMP"), featurizer.eos_id,
