@@ -52,3 +52,14 @@ def test_state_is_sum_reduced_like_distributed_shards():
     a.merge_state(b)
     assert torch.equal(a.compute(), whole.compute())
     assert a.compute().item() == pytest.approx(2 / 3)
+
+
+def test_bracket_programs_with_quoted_names_and_empty_arguments():
+    funql, scan_sp = get_formalism("funql"), get_formalism("scan_sp")
+    gold = "answer ( population_1 ( cityid ( 'des moines', _ ) ) )"
+    assert funql.parse(gold) == ("answer", ("population_1", ("cityid", "'des moines'", "_")))
+    assert exact_match_flags([gold, gold.replace("moines", "plaines")], [gold, gold], funql) == [True, False]
+    assert scan_sp.parse("i_after ( i_run ( i_right ) , i_jump ( ) )") == (
+        "i_after", ("i_run", "i_right"), ("i_jump",))
+    with pytest.raises(FormalismError, match="unbalanced quote"):
+        funql.parse("answer ( stateid ( 'rhode island ) )")

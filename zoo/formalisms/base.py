@@ -5,6 +5,7 @@ metric scores as wrong instead of a crash.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -43,14 +44,21 @@ class Formalism:
         return f"{type(self).__name__}()"
 
 
-def parse_brackets(program: str, formalism: str) -> tuple:
-    """Parse a tokenised prefix term ``f ( a , g ( b ) )`` into nested tuples ``('f', 'a', ('g', 'b'))``.
+# A quoted constant ('rhode island', spaces and all), a bracket or comma, or a bare symbol.
+_TERM_TOKEN = re.compile(r"'[^']*'|[(),]|[^\s(),']+")
 
-    Used by FunQL and SCAN-SP, whose programs are written with space-separated brackets and commas.
+
+def parse_brackets(program: str, formalism: str) -> tuple:
+    """Parse a prefix term ``f ( a , g ( 'b c' ) , h ( ) )`` into nested tuples ``('f', 'a', ('g', "'b c'"), ('h',))``.
+
+    Used by FunQL and SCAN-SP. Quoted constants may hold spaces (``cityid ( 'des moines', _ )``) and a function
+    may take no argument (SCAN-SP's ``i_jump ( )``).
     """
-    tokens = program.split()
+    tokens = _TERM_TOKEN.findall(program)
     if not tokens:
         raise FormalismError(f"{formalism}: empty program")
+    if "".join("".join(tokens).split()) != "".join(program.split()):  # the regex skipped a character
+        raise FormalismError(f"{formalism}: unbalanced quote or stray character in {program!r}")
     pos = 0
 
     def term():
@@ -61,6 +69,9 @@ def parse_brackets(program: str, formalism: str) -> tuple:
         pos += 1
         if pos < len(tokens) and tokens[pos] == "(":
             pos += 1
+            if pos < len(tokens) and tokens[pos] == ")":
+                pos += 1
+                return (head,)
             args = [term()]
             while pos < len(tokens) and tokens[pos] == ",":
                 pos += 1
