@@ -43,6 +43,8 @@ from typing import IO, Callable, Collection, Iterator
 
 from tqdm import tqdm
 
+from zoo.results import atomic_path
+
 log = logging.getLogger(__name__)
 
 MIRROR_ENV = "ZOO_DOWNLOAD_MIRROR"
@@ -361,17 +363,9 @@ def _with_mirror(url: str, mirror: str | None) -> str:
 
 @contextlib.contextmanager
 def _staged(target: Path) -> Iterator[IO[bytes]]:
-    """A temporary file next to ``target`` that replaces it atomically if the block succeeds and vanishes if not."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """A binary file next to ``target`` that replaces it atomically if the block succeeds and vanishes if not."""
+    with atomic_path(target) as tmp, open(tmp, "wb") as out:
+        yield out
 
 
 def _copy(src: IO[bytes], out: IO[bytes], total: int | None, label: str) -> tuple[str, int]:
