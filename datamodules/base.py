@@ -85,13 +85,15 @@ class DataFormatError(ValueError):
 # Registration with alternative layouts
 # ----------------------------------------------------------------------------------------------------------------
 def register(name: str, *, formalism: str, files: Sequence[str], family: str, description: str,
-             alternatives: Sequence[Sequence[str]] = (), missing_hint: str = "", download: str | None = None):
+             alternatives: Sequence[Sequence[str]] = (), missing_hint: str = "", download: str | None = None,
+             world: str | None = None):
     """``register_dataset`` plus what ``check_files`` needs: other complete file sets that also work, and the
-    hint and download name for the missing-data message (kept in ``DatasetSpec.extra``)."""
+    hint and download name for the missing-data message, and the ``world`` file (relative to the root) that the
+    formalism's ``load_world`` reads for execution (all kept in ``DatasetSpec.extra``)."""
 
     return register_dataset(name, formalism=formalism, files=tuple(files), family=family, description=description,
                             alternatives=[tuple(a) for a in alternatives], missing_hint=missing_hint,
-                            download=download)
+                            download=download, world=world)
 
 
 def require_any(dataset: str, root: str | os.PathLike, layouts: Sequence[Sequence[str]], hint: str = "",

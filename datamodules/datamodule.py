@@ -21,6 +21,7 @@ from zoo.types import Example
 
 log = logging.getLogger(__name__)
 _CACHE: dict[tuple[str, Path], dict[str, list[Example]]] = {}
+_WORLDS: dict[Path, Any] = {}
 
 
 def read_splits(name: str, root: str | Path | None = None, cache: bool = True) -> dict[str, list[Example]]:
@@ -41,6 +42,23 @@ def read_splits(name: str, root: str | Path | None = None, cache: bool = True) -
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _WORLDS.clear()
+
+
+def load_world(name: str, root: str | Path | None = None) -> Any:
+    """The database ``name``'s programs execute against (the spec's ``world`` file through the formalism's
+    ``load_world``), loaded once per process; None when the dataset names none or its file is absent."""
+    spec, root = get_dataset(name), resolve_root(root)
+    relative = spec.extra.get("world")
+    if not relative:
+        return None
+    path = root / relative
+    if path not in _WORLDS:
+        if not path.is_file():
+            log.warning("%s: world file %s not found; denotation accuracy is not reported", name, path)
+            return None
+        _WORLDS[path] = get_formalism(spec.formalism).load_world(path)
+    return _WORLDS[path]
 
 
 def hold_out(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
@@ -132,6 +150,11 @@ class ParsingDataModule(L.LightningDataModule):
     @property
     def formalism(self) -> Formalism:
         return get_formalism(self.spec.formalism)
+
+    @property
+    def world(self) -> Any:
+        """What the dataset's programs execute against (a database), or None; ``Parser.setup`` scores with it."""
+        return load_world(self.name, self.root)
 
     def prepare_data(self) -> None:
         """Check that the dataset's files are under the root, downloading the missing ones when ``download``;

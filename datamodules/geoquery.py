@@ -15,6 +15,7 @@ from datamodules.base import json_record, read_examples, register, require
 SPLITS = {"iid": "", "template": "_template", "length": "_len"}
 PARTS = ("train", "dev", "test")
 SPAN_PARTS = ("train", "dev")
+GEOBASE = "geoquery_funql/geobase.pl"  # the Prolog facts FunQL programs execute against
 EXPECTED = 'a JSON object {"question": str, "program": str}'
 EXPECTED_SPANS = 'a JSON object {"question": str, "program": str, "gold_spans": [{"span": [i, j], "type": str}, ...]}'
 
@@ -34,7 +35,7 @@ def parse_spans_line(line: str):
 def make_reader(name: str, suffix: str):
     files = {part: f"geoquery_funql/funql/{part}{suffix}.json" for part in PARTS}
 
-    @register(name, formalism="funql", files=tuple(files.values()), family="geoquery",
+    @register(name, formalism="funql", files=tuple(files.values()), family="geoquery", world=GEOBASE,
               description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
     def read(root: str):
         splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED) for part, rel in files.items()}

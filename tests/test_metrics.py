@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from zoo.formalisms import FormalismError, get_formalism
-from zoo.metrics import ExactMatch, exact_match_flags
+from zoo.formalisms import Formalism, FormalismError, get_formalism
+from zoo.metrics import DenotationAccuracy, ExactMatch, ExampleScore, Scorer, exact_match_flags
+from zoo.types import Example
 
 SPARQL = get_formalism("cfq_sparql")
 GOLD = "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.actor.film/ns:film.performance.film M1 }"
@@ -26,9 +27,10 @@ def test_exact_match_hand_computed():
     preds = ["I_JUMP  I_WALK", "I_JUMP", "I_RUN I_RUN", "I_LOOK"]
     golds = ["I_JUMP I_WALK", "I_JUMP I_JUMP", "I_RUN I_RUN", "I_WALK"]
     assert exact_match_flags(preds, golds, scan) == [True, False, True, False]
-    metric = ExactMatch(scan)
-    metric.update(preds[:2], golds[:2])
-    metric.update(preds[2:], golds[2:])
+    scores = Scorer(scan).score_batch(preds, [Example("", gold, {}) for gold in golds])
+    metric = ExactMatch()
+    metric.update(scores[:2])
+    metric.update(scores[2:])
     assert metric.compute().item() == pytest.approx(0.5)
     assert metric.correct.item() == 2 and metric.total.item() == 4
 
@@ -43,12 +45,11 @@ def test_unparsable_prediction_is_wrong_not_a_crash():
 
 def test_state_is_sum_reduced_like_distributed_shards():
     """Two shards merged give the number one process gives: what dist_reduce_fx='sum' does across ranks."""
-    scan = get_formalism("scan")
-    whole, a, b = ExactMatch(scan), ExactMatch(scan), ExactMatch(scan)
-    preds, golds = ["A", "B", "C"], ["A", "X", "C"]
-    whole.update(preds, golds)
-    a.update(preds[:1], golds[:1])
-    b.update(preds[1:], golds[1:])
+    whole, a, b = ExactMatch(), ExactMatch(), ExactMatch()
+    scores = [ExampleScore(True), ExampleScore(False), ExampleScore(True)]
+    whole.update(scores)
+    a.update(scores[:1])
+    b.update(scores[1:])
     a.merge_state(b)
     assert torch.equal(a.compute(), whole.compute())
     assert a.compute().item() == pytest.approx(2 / 3)
@@ -63,3 +64,62 @@ def test_bracket_programs_with_quoted_names_and_empty_arguments():
         "i_after", ("i_run", "i_right"), ("i_jump",))
     with pytest.raises(FormalismError, match="unbalanced quote"):
         funql.parse("answer ( stateid ( 'rhode island ) )")
+
+
+class Sums(Formalism):
+    """A toy executable language: ``+ 1 2`` denotes 3; each execution is counted to check the gold cache."""
+
+    name = "toy_sums"
+    executable = True
+
+    def __init__(self):
+        self.executions = 0
+
+    def parse(self, program):
+        tokens = program.split()
+        if not tokens or tokens[0] != "+" or not all(t.isdigit() for t in tokens[1:]):
+            raise FormalismError(f"toy_sums: expected '+' and digits, got {program!r}")
+        return tokens
+
+    def execute(self, program, world=None, meta=None):
+        self.executions += 1
+        numbers = [int(t) for t in self.parse(program)[1:]]
+        if meta and meta.get("forbid") in numbers:
+            raise FormalismError(f"toy_sums: {meta['forbid']} is forbidden")
+        return sum(numbers)
+
+
+def test_denotation_accuracy_hand_computed_with_reasons_and_cached_golds():
+    sums = Sums()
+    scorer = Scorer(sums)
+    assert scorer.executes  # executable and needs no world
+    examples = [Example("", "+ 1 2", {}), Example("", "+ 3", {}), Example("", "+ 4", {}),
+                Example("", "+ 5", {"forbid": 7})]
+    predictions = ["+ 2 1", "+ 3", "three", "+ 7"]
+    scores = scorer.score_batch(predictions, examples)
+    assert [s.exact_match for s in scores] == [False, True, False, False]
+    assert [s.denotation for s in scores] == [True, True, False, False]
+    assert "expected '+' and digits" in scores[2].error and "7 is forbidden" in scores[3].error
+    assert scores[0].error is None
+    executions = sums.executions
+    scorer.score_batch(predictions, examples)  # golds come from the cache the second time
+    assert sums.executions - executions == 3  # only the three parsable predictions ran again
+    metric, exact = DenotationAccuracy(), ExactMatch()
+    metric.update(scores)
+    exact.update(scores)
+    assert metric.compute().item() == pytest.approx(0.5) and exact.compute().item() == pytest.approx(0.25)
+
+
+def test_a_gold_program_that_fails_scores_wrong_and_says_so():
+    scores = Scorer(Sums()).score_batch(["+ 1"], [Example("", "+ 1", {"forbid": 1})])
+    assert scores[0].exact_match and scores[0].denotation is False
+    assert scores[0].error.startswith("gold program failed")
+
+
+def test_formalisms_without_a_world_report_no_denotation():
+    sql = get_formalism("sql")
+    scores = Scorer(sql, world=None).score_batch(["SELECT 1"], [Example("", "SELECT 1", {})])
+    assert scores[0].denotation is None
+    metric = DenotationAccuracy()
+    metric.update(scores)
+    assert metric.total.item() == 0

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torchmetrics import MetricCollection
 
 from zoo.formalisms import get_formalism
-from zoo.metrics import ExactMatch, exact_match_flags
+from zoo.metrics import DenotationAccuracy, ExactMatch, ExampleScore, Scorer
 from zoo.types import Example
 
 
@@ -63,9 +63,27 @@ class Parser(L.LightningModule):
         self.check_formalism(formalism)
         self.featurizer = featurizer
         self.formalism = get_formalism(formalism)
-        self.val_metrics = MetricCollection({"exact_match": ExactMatch(self.formalism)}, prefix="val/")
+        # compute_groups=False: the metrics share state shapes, and torchmetrics would merge them after a first
+        # batch where their counts happen to agree.
+        self.val_metrics = MetricCollection({"exact_match": ExactMatch()}, prefix="val/", compute_groups=False)
         self.test_metrics = self.val_metrics.clone(prefix="test/")
         self.test_predictions: list[dict[str, Any]] = []
+        self.attach_world(None)
+
+    def attach_world(self, world: Any) -> None:
+        """Score against ``world`` (the dataset's database, or None); adds denotation accuracy where programs run.
+
+        Called from ``setup`` with the datamodule's world, so any dataset whose formalism executes gets the metric.
+        """
+        self.scorer = Scorer(self.formalism, world)
+        if self.scorer.executes and "denotation" not in self.val_metrics:
+            for metrics in (self.val_metrics, self.test_metrics):
+                metrics.add_metrics({"denotation": DenotationAccuracy()})
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and self.scorer.world is None:
+            self.attach_world(datamodule.world)
 
     # ----- construction -------------------------------------------------------------------------------------
     @classmethod
@@ -107,12 +125,12 @@ class Parser(L.LightningModule):
         raise NotImplementedError
 
     # ----- shared evaluation ----------------------------------------------------------------------------------
-    def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection) -> tuple[list[str], list[str]]:
+    def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection) -> tuple[list[str], list[ExampleScore]]:
         predictions = self.parse(batch)
-        golds = [example.program for example in batch["examples"]]
-        metrics.update(predictions, golds)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(golds))
-        return predictions, golds
+        scores = self.scorer.score_batch(predictions, batch["examples"])
+        metrics.update(scores)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(scores))
+        return predictions, scores
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -121,11 +139,15 @@ class Parser(L.LightningModule):
         self.test_predictions = []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        predictions, golds = self._evaluate(batch, self.test_metrics)
-        flags = exact_match_flags(predictions, golds, self.formalism)
-        for example, prediction, correct in zip(batch["examples"], predictions, flags):
-            self.test_predictions.append({"utterance": example.utterance, "gold": example.program,
-                                          "prediction": prediction, "correct": correct})
+        predictions, scores = self._evaluate(batch, self.test_metrics)
+        for example, prediction, score in zip(batch["examples"], predictions, scores):
+            row = {"utterance": example.utterance, "gold": example.program, "prediction": prediction,
+                   "correct": score.exact_match}
+            if score.denotation is not None:
+                row["denotation_correct"] = score.denotation
+            if score.error is not None:
+                row["error"] = score.error
+            self.test_predictions.append(row)
 
     def on_test_epoch_end(self) -> None:
         # Each DDP rank saw a shard; give every rank the full list so rank 0 can write it.
