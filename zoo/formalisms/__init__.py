@@ -1,6 +1,7 @@
 """Program languages of the zoo, by the name a dataset declares (``DatasetSpec.formalism``)."""
 from zoo.formalisms.base import Formalism, FormalismError
-from zoo.formalisms.simple import COGS, SQL, FunQL, ScanActions, ScanSP
+from zoo.formalisms.scan import ScanActions, ScanSP
+from zoo.formalisms.simple import COGS, SQL, FunQL
 from zoo.formalisms.sparql import CfqSparql
 
 FORMALISMS: dict[str, Formalism] = {f.name: f for f in (ScanActions(), ScanSP(), FunQL(), SQL(), COGS(), CfqSparql())}

@@ -29,6 +29,7 @@ class Formalism:
     name: str = "tokens"
     executable: bool = False  # True when ``execute`` gives denotations (DenotationAccuracy is then reported)
     needs_world: bool = False  # True when ``execute`` needs a world from ``load_world`` (a database file)
+    interprets: bool = False  # True when ``interpret`` knows the utterance language's grammar (SCAN)
 
     def tokenize(self, program: str) -> list[str]:
         return program.split()
@@ -71,6 +72,11 @@ class Formalism:
     def answer_denotation(self, answer: Any) -> Any:
         """The denotation of an answer the data ships (SCAN-SP's action string), to compare with ``execute``."""
         raise FormalismError(f"formalism {self.name!r} does not read shipped answers")
+
+    def interpret(self, utterance: str) -> str:
+        """The program of an utterance, where the utterances come from a known grammar (SCAN commands); ``verify``
+        checks the gold programs of a dataset against it."""
+        raise FormalismError(f"formalism {self.name!r} cannot interpret utterances")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -8,13 +8,13 @@ from __future__ import annotations
 from zoo.formalisms.base import Formalism, parse_brackets
 
 
-class ScanActions(Formalism):
+class _UnusedScanActions(Formalism):
     """SCAN output: a sequence of primitive actions (``I_TURN_LEFT I_JUMP ...``)."""
 
     name = "scan"
 
 
-class ScanSP(Formalism):
+class _UnusedScanSP(Formalism):
     """SCAN-SP programs of Herzig & Berant 2021 (``i_after ( i_walk ( i_left ) , ... )``)."""
 
     name = "scan_sp"

@@ -54,7 +54,7 @@ def _interpretation(formalism, example: Example) -> str:
 def verify_split(formalism, world: Any, split: str, examples: list[Example], executes: bool,
                  progress: bool = False) -> SplitReport:
     report = SplitReport(split, programs=len(examples))
-    interprets = hasattr(formalism, "interpret")
+    interprets = formalism.interprets
     for i, example in enumerate(tqdm(examples, desc=split, disable=not progress, leave=False)):
         where = f"{split}[{example.meta.get('index', i)}] {example.program[:100]!r}"
         start = time.perf_counter()
