@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 ARGS ?= model=seq2seq data=scan_simple
 PYTEST_ARGS ?=
+DATASETS ?= scan_sp_simple geo_funql_iid
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -e '.[test]'
 	touch $@
 
-.PHONY: install run test leaderboard
+.PHONY: install run test leaderboard verify
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
@@ -23,3 +24,6 @@ test: $(VENV)/.installed
 
 leaderboard: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/leaderboard.py
+
+verify: $(VENV)/.installed
+	$(VENV)/bin/python -m zoo.formalisms verify $(DATASETS)

@@ -1,8 +1,13 @@
-"""Program languages of the zoo, by the name a dataset declares (``DatasetSpec.formalism``)."""
+"""Program languages of the zoo, by the name a dataset declares (``DatasetSpec.formalism``).
+
+``python -m zoo.formalisms verify <dataset>`` checks every gold program of a dataset against its formalism.
+"""
 from zoo.formalisms.base import Formalism, FormalismError
+from zoo.formalisms.cogs import COGS
+from zoo.formalisms.funql import FunQL
 from zoo.formalisms.scan import ScanActions, ScanSP
-from zoo.formalisms.simple import COGS, SQL, FunQL
 from zoo.formalisms.sparql import CfqSparql
+from zoo.formalisms.sql import SQL
 
 FORMALISMS: dict[str, Formalism] = {f.name: f for f in (ScanActions(), ScanSP(), FunQL(), SQL(), COGS(), CfqSparql())}
 
