@@ -188,8 +188,12 @@ class ParsingDataModule(L.LightningDataModule):
         self.train, self.val, self.test = train, val, test
 
     def attach(self, featurizer: Featurizer) -> None:
-        """Use the model's ``featurizer`` to encode and collate every batch from now on."""
+        """Use the model's ``featurizer`` to encode and collate every batch from now on (after letting it
+        precompute what it needs for every split in bulk)."""
         self.featurizer = featurizer
+        prepare = getattr(featurizer, "prepare", None)
+        if prepare is not None:
+            prepare([e for split in (self.train, self.val, self.test) if split for e in split])
 
     def _loader(self, examples_attr: str, shuffle: bool) -> DataLoader:
         if self.featurizer is None:

@@ -31,6 +31,10 @@ class Featurizer:
     def fit(self, examples: Sequence[Example]) -> "Featurizer":
         raise NotImplementedError
 
+    def prepare(self, examples: Sequence[Example]) -> None:
+        """Precompute, in bulk, what ``encode`` needs beyond the fitted state (a tagger's analyses); called by the
+        datamodule with every split's examples. Default: nothing."""
+
     def encode(self, example: Example) -> Any:
         raise NotImplementedError
 

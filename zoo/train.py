@@ -65,11 +65,12 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     datamodule.setup()
 
     params = OmegaConf.to_container(cfg.model.params, resolve=True)
+    featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
     if cfg.smoke:
         params.update(OmegaConf.to_container(cfg.model.get("smoke_params") or {}, resolve=True))
+        featurizer.update(OmegaConf.to_container(cfg.model.get("smoke_featurizer") or {}, resolve=True))
     featurizer_state = torch.load(resume_from, weights_only=False)["featurizer"] if resume_from else None
-    model = model_cls.build(datamodule.train, spec.formalism,
-                            featurizer=OmegaConf.to_container(cfg.model.featurizer, resolve=True),
+    model = model_cls.build(datamodule.train, spec.formalism, featurizer=featurizer,
                             featurizer_state=featurizer_state, **params)
     datamodule.attach(model.featurizer)
 

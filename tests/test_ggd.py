@@ -1,0 +1,139 @@
+"""Grounded Graph Decoding: featurizer round trips, grouping in the input, bad input, overfitting, CLI smoke."""
+import pytest
+import torch
+
+from conftest import compose_run, needs_mirror
+from datamodules import read_splits
+from models.ggd import FeaturizationError, GGDFeaturizer, GroundedGraphDecoder
+from zoo.formalisms import get_formalism
+from zoo.metrics import exact_match_flags
+from zoo.train import run
+from zoo.types import Example
+
+SPARQL = get_formalism("cfq_sparql")
+QUESTIONS = [  # (question, query): hand-written in CFQ's preprocessed form
+    ("Who directed and produced M0 and M1",
+     "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.director.film M0 . ?x0 film.director.film M1 . "
+     "?x0 film.producer.film|ns:film.production_company.films M0 . "
+     "?x0 film.producer.film|ns:film.production_company.films M1 }"),
+    ("Did M0 marry M1", "SELECT count ( * ) WHERE { M0 people.person.spouse_s/ns:people.marriage.spouse M1 . "
+                        "FILTER ( M0 != M1 ) }"),
+    ("Was M2 a male film director", "SELECT count ( * ) WHERE { M2 a film.director . "
+                                    "M2 people.person.gender m_05zppz }"),
+]
+EXAMPLES = [Example(q, p, {"index": i}) for i, (q, p) in enumerate(QUESTIONS)]
+
+
+@pytest.fixture(autouse=True)
+def syntax_cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+
+
+def test_target_graph_round_trips_and_counts():
+    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
+    assert featurizer.constants == ["film.director", "m_05zppz", "people.person"]
+    assert featurizer.n_entities == 3 and featurizer.n_variables == 1
+    for example in EXAMPLES:
+        graph = featurizer.target_graph(example)
+        triples = [(int(s), int(r), int(o)) for (s, o), r in zip(graph.edge_index.t().tolist(), graph.edge_type)]
+        query = featurizer.query(triples, count=bool(graph.count))
+        assert SPARQL.canonical(SPARQL.unparse(query)) == SPARQL.canonical(example.program)
+    # constants are only objects, so they never get a scoring row
+    assert featurizer.subject_slots().tolist() == [0, 1, 2, 6]
+
+
+def test_grouping_merges_a_and_b_into_one_input_position():
+    featurizer = GGDFeaturizer(grouping=True).fit(EXAMPLES)
+    featurizer.prepare(EXAMPLES)
+    item = featurizer.encode(EXAMPLES[0])  # Who | directed+produced | M0+M1 | NIL ...
+    assert item["n_question"] == 4
+    assert [len(group) for group in item["sequence"][:3]] == [1, 2, 2]
+    entity_positions = {node: position for node, position in item["mentions"] if node < featurizer.n_entities}
+    assert entity_positions == {0: 2, 1: 2}  # M0 and M1 share their group's contextual embedding
+    ungrouped = GGDFeaturizer(grouping=False).fit(EXAMPLES).encode(EXAMPLES[0])
+    assert ungrouped["n_question"] == 8  # seven words and NIL
+
+
+def test_bad_questions_fail_at_featurisation_with_the_example_named():
+    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
+    with pytest.raises(FeaturizationError, match="example 7 .*empty question"):
+        featurizer.encode(Example("", EXAMPLES[0].program, {"index": 7}))
+    with pytest.raises(FeaturizationError, match="entity M5 is beyond the M0..M2 seen in training"):
+        featurizer.encode(Example("Did M5 marry M1", EXAMPLES[1].program, {"index": 3}))
+    long_question = " ".join(["Did M0 marry M1 and"] * 30) + " M1"  # longer than anything in training: fine
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", hidden_size=8, embedding_dim=8, attention_dim=4)
+    batch = featurizer.collate([featurizer.encode(Example(long_question, EXAMPLES[1].program, {}))])
+    [program] = model.eval().parse(batch)
+    SPARQL.parse(program)  # always a query the formalism can read
+
+
+def test_untrained_model_always_decodes_a_readable_query():
+    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", hidden_size=8, embedding_dim=8, attention_dim=4,
+                                 threshold=1.1)  # nothing passes: the most probable triple is kept
+    programs = model.eval().parse(featurizer.collate([featurizer.encode(e) for e in EXAMPLES]))
+    for program in programs:
+        assert len(SPARQL.parse(program).conjuncts) == 1
+
+
+def _overfit(examples, grounding=True, grouping=True, steps=400):
+    featurizer = GGDFeaturizer(grouping=grouping).fit(examples)
+    featurizer.prepare(examples)
+    torch.manual_seed(0)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=32, hidden_size=64, attention_dim=32,
+                                 dropout=0.0, grounding=grounding, lr=1e-2)
+    batch = featurizer.collate([featurizer.encode(e) for e in examples])
+    optimizer = model.configure_optimizers()
+    model.train()
+    for _ in range(steps):
+        loss, uncoverable = model.loss(batch)
+        assert uncoverable == 0
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    predictions = model.eval().parse(batch)
+    return exact_match_flags(predictions, [e.program for e in examples], SPARQL)
+
+
+@needs_mirror
+def test_tiny_ggd_overfits_32_cfq_examples():
+    examples = read_splits("cfq_mcd1")["train"][:32]
+    assert all(_overfit(examples))
+
+
+@needs_mirror
+def test_featurizer_round_trip_on_every_mcd1_dev_query():
+    splits = read_splits("cfq_mcd1")
+    featurizer = GGDFeaturizer(grouping=False).fit(splits["train"])
+    for example in splits["dev"]:
+        graph = featurizer.target_graph(example)
+        triples = [(s, int(r), o) for (s, o), r in zip(graph.edge_index.t().tolist(), graph.edge_type)]
+        query = featurizer.query(triples, count=bool(graph.count))
+        assert SPARQL.canonical(SPARQL.unparse(query)) == SPARQL.canonical(example.program), example.meta
+
+
+def test_checkpointed_featurizer_restores_everything():
+    featurizer = GGDFeaturizer(grouping=True, dependencies=True).fit(EXAMPLES)
+    restored = GGDFeaturizer.from_state_dict(featurizer.state_dict())
+    assert restored.state_dict() == featurizer.state_dict()
+    assert restored.dependency_labels and restored.dependency_labels["<unk>"] == 0
+
+
+def test_dependency_gnn_variant_runs_and_learns():
+    featurizer = GGDFeaturizer(grouping=True, dependencies=True).fit(EXAMPLES)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=16, hidden_size=16, attention_dim=8,
+                                 gnn_layers=2, dropout=0.0)
+    batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
+    assert batch["dependencies"].num_nodes == sum(featurizer.encode(e)["n_question"] - 1 for e in EXAMPLES)
+    logits, candidates, _ = model(batch)
+    logits[candidates].sum().backward()
+    assert all(layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0 for layer in model.gnn)
+
+
+@needs_mirror
+def test_smoke_run_on_cfq_mcd1(tmp_path):
+    """``python benchmarks/run.py model=ggd data=cfq_mcd1 debug=smoke``, as the product card writes it."""
+    cfg = compose_run("model=ggd", "data=cfq_mcd1", "debug=smoke", f"results_file={tmp_path / 'runs.csv'}")
+    row = run(cfg, tmp_path / "run")
+    assert row["model"] == "ggd" and row["variant"] == "ggd" and 0.0 <= row["test_exact_match"] <= 1.0
+    assert (tmp_path / "run" / "predictions.jsonl").read_text().count("\n") == row["n_test"]
