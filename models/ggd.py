@@ -7,7 +7,8 @@ constants (types such as ``people.person``, Freebase ids such as ``m_05zppz`` fo
 
 1. encodes ``g_1 .. g_k NIL [SEP] c_1 .. c_C [SEP] x_0 .. x_V`` with a bidirectional LSTM, where ``g_i`` are the
    question's *groups*: single words, or ``A and B`` phrases whose words share a part of speech merged into one
-   token whose embedding is the sum of its words' (§3.2, ``models/syntax.py``); ``NIL`` is the token grounding
+   token whose embedding is the sum of its words' (§3.2, ``models/syntax.py``; CFQ writes coordinations of three
+   or more as ``A , B , and C``, grouped too unless ``comma_lists=False``); ``NIL`` is the token grounding
    attends to when no edge holds (§3.3); ``c_j`` are the constants and ``x_i`` the variable slots (§3.1: "we
    concatenate the question with the list of variables"). Constants are appended like variables, as the reference
    implementation did: the whole training inventory (28 constants on CFQ MCD1), so every query of the split can be
@@ -87,8 +88,9 @@ class GGDFeaturizer(Featurizer):
     """
 
     def __init__(self, grouping: bool = True, dependencies: bool = False, tagger: str | None = None,
-                 entity_slots: int | None = None):
+                 entity_slots: int | None = None, comma_lists: bool = True):
         self.grouping = grouping
+        self.comma_lists = comma_lists  # group "A , B , and C" too, not only "A and B" (models/syntax.py)
         self.entity_slots = entity_slots  # None: as many as the training split mentions
         self.dependencies = dependencies
         self.tagger = tagger
@@ -179,7 +181,7 @@ class GGDFeaturizer(Featurizer):
 
         if example.utterance not in self._syntax:
             self.prepare([example])
-        return conjunction_groups(self._syntax[example.utterance])
+        return conjunction_groups(self._syntax[example.utterance], comma_lists=self.comma_lists)
 
     def encode(self, example: Example) -> dict[str, Any]:
         """Memoised: CFQ training revisits 95k questions every epoch, and encoding costs a sixth of a step."""
@@ -285,14 +287,15 @@ class GGDFeaturizer(Featurizer):
     # ----- checkpoint state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"grouping": self.grouping, "dependencies": self.dependencies, "tagger": self.tagger,
-                "entity_slots": self.entity_slots,
+                "entity_slots": self.entity_slots, "comma_lists": self.comma_lists,
                 "words": self.words, "constants": self.constants, "relations": self.relations,
                 "dependency_labels": self.dependency_labels, "n_entities": self.n_entities,
                 "n_variables": self.n_variables, "allowed": self.allowed.tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
-        featurizer = cls(state["grouping"], state["dependencies"], state["tagger"], state["entity_slots"])
+        featurizer = cls(state["grouping"], state["dependencies"], state["tagger"], state["entity_slots"],
+                         state["comma_lists"])
         for key in ("words", "constants", "relations", "dependency_labels", "n_entities", "n_variables"):
             setattr(featurizer, key, state[key])
         featurizer.allowed = torch.tensor(state["allowed"], dtype=torch.bool)

@@ -230,34 +230,50 @@ class SyntaxCache:
 
 # --- "A and B" groups (Gai et al. 2021 §3.2) ---------------------------------------------------------------
 
-def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN) -> list[tuple[int, ...]]:
+def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
+                       comma_lists: bool = True) -> list[tuple[int, ...]]:
     """Gai et al. 2021 §3.2: merge every "A and B" of single words with the same part of speech into a group.
 
-    The rule, exactly: words i and i+2 are *joined* when word i+1 is ``and`` (any case), neither of them is
-    ``and`` or punctuation (UPOS ``PUNCT``), and both have the same UPOS tag. A maximal chain of joined words
-    ``A and B and C ...`` is one group, the tuple of the indices of A, B, C, ... without the ``and``s between
-    them; every other word (including an ``and`` that joins nothing) is a group of its own. Groups are listed
-    in sentence order. Words matching ``entity_pattern`` (CFQ's anonymised ``M0`` .. ``M9``) count as PROPN
-    whatever spaCy says, since it tags them inconsistently (in ``marry M4 and M5`` it tags M4 PROPN and M5 NOUN).
-    So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and marry`` in
-    ``... marry a male person , and marry M4`` joins nothing: the words around that ``and`` are ``,`` and a verb.
+    The rule, exactly: consecutive items of a group are single words with the same UPOS tag, neither ``and``
+    (any case) nor punctuation (UPOS ``PUNCT``), separated by ``and``; with ``comma_lists`` also by ``,`` or
+    ``, and``, the way CFQ writes a coordination of three or more (``M0 , M1 , M2 , and M3``; ``write , edit ,
+    and direct``), which is the same composition as "A and B" for more items. A chain must end on a separator
+    holding ``and``, so a comma alone (``Did M1 , M2 ...``) groups nothing. A maximal chain is one group, the
+    tuple of its words' indices without the separators; every other word is a group of its own. Groups are
+    listed in sentence order. Words matching ``entity_pattern`` (CFQ's anonymised ``M0`` .. ``M9``) count as
+    PROPN whatever spaCy says, since it tags them inconsistently (in ``marry M4 and M5`` it tags M4 PROPN and
+    M5 NOUN). So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and marry`` in
+    ``... marry a male person , and marry M4`` joins nothing: the words around it are a noun and a verb.
     """
     entity = re.compile(entity_pattern)
     tokens = analysis.tokens
     pos = ["PROPN" if entity.fullmatch(token) else tag for token, tag in zip(tokens, analysis.pos)]
+    separators = [("and",), (",",), (",", "and")] if comma_lists else [("and",)]
 
     def is_and(i: int) -> bool:
         return tokens[i].lower() == "and"
 
-    def joined(i: int, j: int) -> bool:
-        return not is_and(i) and not is_and(j) and pos[i] == pos[j] != "PUNCT"
+    def member(i: int) -> bool:
+        return not is_and(i) and pos[i] != "PUNCT"
+
+    def next_item(i: int) -> tuple[int, bool] | None:
+        """The index of the item after word i and whether its separator holds "and", if one follows."""
+        for separator in separators:
+            j = i + len(separator) + 1
+            if j < len(tokens) and tuple(t.lower() for t in tokens[i + 1:j]) == separator \
+                    and member(j) and pos[j] == pos[i]:
+                return j, "and" in separator
+        return None
 
     groups: list[tuple[int, ...]] = []
     i = 0
     while i < len(tokens):
-        group = [i]
-        while group[-1] + 2 < len(tokens) and is_and(group[-1] + 1) and joined(group[-1], group[-1] + 2):
-            group.append(group[-1] + 2)
+        chain, closed_at = [i], 1  # closed_at: the chain's length up to its last "and" separator
+        while member(chain[-1]) and (step := next_item(chain[-1])) is not None:
+            chain.append(step[0])
+            if step[1]:
+                closed_at = len(chain)
+        group = chain[:closed_at]
         groups.append(tuple(group))
         i = group[-1] + 1
     return groups

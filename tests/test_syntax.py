@@ -61,9 +61,21 @@ def _hand_tagged(tagged: str) -> Analysis:
     (",/PUNCT and/CCONJ ,/PUNCT and/CCONJ and/CCONJ", [(0,), (1,), (2,), (3,), (4,)]),
     # "and" at either end joins nothing
     ("and/CCONJ M1/PROPN and/CCONJ", [(0,), (1,), (2,)]),
+    # CFQ's lists of three or more: A , B , and C (and A , B and C)
+    ("M0/PROPN ,/PUNCT M1/PROPN ,/PUNCT M2/PROPN ,/PUNCT and/CCONJ M3/PROPN", [(0, 2, 4, 7)]),
+    ("write/VERB ,/PUNCT edit/VERB and/CCONJ direct/VERB M1/PROPN", [(0, 2, 4), (5,)]),
+    # a comma alone groups nothing; a chain stops at its last "and"
+    ("Did/AUX M1/PROPN ,/PUNCT M2/PROPN marry/VERB", [(0,), (1,), (2,), (3,), (4,)]),
+    ("M1/PROPN and/CCONJ M2/PROPN ,/PUNCT M3/PROPN", [(0, 2), (3,), (4,)]),
 ])
 def test_conjunction_groups_rule(tagged, expected):
     assert conjunction_groups(_hand_tagged(tagged)) == expected
+
+
+def test_pairs_only_without_comma_lists():
+    analysis = _hand_tagged("M0/PROPN ,/PUNCT M1/PROPN ,/PUNCT and/CCONJ M2/PROPN and/CCONJ M3/PROPN")
+    assert conjunction_groups(analysis, comma_lists=False) == [(0,), (1,), (2,), (3,), (4,), (5, 7)]
+    assert conjunction_groups(analysis) == [(0, 2, 5, 7)]
 
 
 def test_entity_pattern_is_configurable():
@@ -219,9 +231,11 @@ def test_cfq_questions_align_and_group(nlp):
         groups = conjunction_groups(analysis)
         members = [index for group in groups for index in group]
         assert members == sorted(members)
-        inner_ands = {i for group in groups for i in range(group[0] + 1, group[-1], 2)}
-        assert set(range(len(words))) - set(members) == inner_ands
+        separators = {i for group in groups for i in range(group[0], group[-1] + 1) if i not in group}
+        assert set(range(len(words))) - set(members) == separators  # only separators are left out
         for group in groups:
-            assert all(words[i + 1] == "and" for i in group[:-1]) and all(b == a + 2 for a, b in zip(group, group[1:]))
+            gaps = [words[a + 1:b] for a, b in zip(group, group[1:])]
+            assert all(gap in (["and"], [","], [",", "and"]) for gap in gaps)
+            assert not gaps or "and" in gaps[-1]
         grouped += any(len(group) > 1 for group in groups)
     assert grouped > 30  # "A and B" is everywhere in CFQ
