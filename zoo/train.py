@@ -66,9 +66,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     params = OmegaConf.to_container(cfg.model.params, resolve=True)
     featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
-    if cfg.smoke:
-        params.update(OmegaConf.to_container(cfg.model.get("smoke_params") or {}, resolve=True))
-        featurizer.update(OmegaConf.to_container(cfg.model.get("smoke_featurizer") or {}, resolve=True))
+    if cfg.smoke:  # the model config's small sizes for debug=smoke, where it has them
+        for target, key in ((params, "smoke_params"), (featurizer, "smoke_featurizer")):
+            if cfg.model.get(key):
+                target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
     featurizer_state = torch.load(resume_from, weights_only=False)["featurizer"] if resume_from else None
     model = model_cls.build(datamodule.train, spec.formalism, featurizer=featurizer,
                             featurizer_state=featurizer_state, **params)
