@@ -88,9 +88,10 @@ class GGDFeaturizer(Featurizer):
     """
 
     def __init__(self, grouping: bool = True, dependencies: bool = False, tagger: str | None = None,
-                 entity_slots: int | None = None, comma_lists: bool = True):
+                 entity_slots: int | None = None, comma_lists: bool = True, compound_items: bool = False):
         self.grouping = grouping
         self.comma_lists = comma_lists  # group "A , B , and C" too, not only "A and B" (models/syntax.py)
+        self.compound_items = compound_items  # list items may be noun compounds ("art director")
         self.entity_slots = entity_slots  # None: as many as the training split mentions
         self.dependencies = dependencies
         self.tagger = tagger
@@ -181,7 +182,8 @@ class GGDFeaturizer(Featurizer):
 
         if example.utterance not in self._syntax:
             self.prepare([example])
-        return conjunction_groups(self._syntax[example.utterance], comma_lists=self.comma_lists)
+        return conjunction_groups(self._syntax[example.utterance], comma_lists=self.comma_lists,
+                                  compound_items=self.compound_items)
 
     def encode(self, example: Example) -> dict[str, Any]:
         """Memoised: CFQ training revisits 95k questions every epoch, and encoding costs a sixth of a step."""
@@ -288,6 +290,7 @@ class GGDFeaturizer(Featurizer):
     def state_dict(self) -> dict[str, Any]:
         return {"grouping": self.grouping, "dependencies": self.dependencies, "tagger": self.tagger,
                 "entity_slots": self.entity_slots, "comma_lists": self.comma_lists,
+                "compound_items": self.compound_items,
                 "words": self.words, "constants": self.constants, "relations": self.relations,
                 "dependency_labels": self.dependency_labels, "n_entities": self.n_entities,
                 "n_variables": self.n_variables, "allowed": self.allowed.tolist()}
@@ -295,7 +298,7 @@ class GGDFeaturizer(Featurizer):
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
         featurizer = cls(state["grouping"], state["dependencies"], state["tagger"], state["entity_slots"],
-                         state["comma_lists"])
+                         state["comma_lists"], state["compound_items"])
         for key in ("words", "constants", "relations", "dependency_labels", "n_entities", "n_variables"):
             setattr(featurizer, key, state[key])
         featurizer.allowed = torch.tensor(state["allowed"], dtype=torch.bool)

@@ -230,8 +230,8 @@ class SyntaxCache:
 
 # --- "A and B" groups (Gai et al. 2021 §3.2) ---------------------------------------------------------------
 
-def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
-                       comma_lists: bool = True) -> list[tuple[int, ...]]:
+def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN, comma_lists: bool = True,
+                       compound_items: bool = False) -> list[tuple[int, ...]]:
     """Gai et al. 2021 §3.2: merge every "A and B" of single words with the same part of speech into a group.
 
     The rule, exactly: consecutive items of a group are single words with the same UPOS tag, neither ``and``
@@ -244,6 +244,10 @@ def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
     PROPN whatever spaCy says, since it tags them inconsistently (in ``marry M4 and M5`` it tags M4 PROPN and
     M5 NOUN). So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and marry`` in
     ``... marry a male person , and marry M4`` joins nothing: the words around it are a noun and a verb.
+
+    With ``compound_items`` an item may be a noun compound (words joined to the next by spaCy's ``compound`` arc,
+    ``art director``, ``executive producer``), compared by its last word's tag: the paper's remark (§3.2) that A
+    and B may be phrases, for CFQ lists such as ``writer , art director , and producer``.
     """
     entity = re.compile(entity_pattern)
     tokens = analysis.tokens
@@ -256,25 +260,37 @@ def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
     def member(i: int) -> bool:
         return not is_and(i) and pos[i] != "PUNCT"
 
-    def next_item(i: int) -> tuple[int, bool] | None:
-        """The index of the item after word i and whether its separator holds "and", if one follows."""
+    def item_at(start: int) -> tuple[int, ...]:
+        """The words of the item starting at ``start``: one word, or with ``compound_items`` a noun compound."""
+        end = start
+        while compound_items and end + 1 < len(tokens) and analysis.deps[end] == "compound" \
+                and analysis.heads[end] > end and member(end + 1):
+            end += 1
+        return tuple(range(start, end + 1))
+
+    def next_item(item: tuple[int, ...]) -> tuple[tuple[int, ...], bool] | None:
+        """The item after ``item`` and whether its separator holds "and", if one follows."""
+        last = item[-1]
         for separator in separators:
-            j = i + len(separator) + 1
-            if j < len(tokens) and tuple(t.lower() for t in tokens[i + 1:j]) == separator \
-                    and member(j) and pos[j] == pos[i]:
-                return j, "and" in separator
+            j = last + len(separator) + 1
+            if j < len(tokens) and tuple(t.lower() for t in tokens[last + 1:j]) == separator and member(j):
+                following = item_at(j)
+                if pos[following[-1]] == pos[last]:
+                    return following, "and" in separator
         return None
 
     groups: list[tuple[int, ...]] = []
     i = 0
     while i < len(tokens):
-        chain, closed_at = [i], 1  # closed_at: the chain's length up to its last "and" separator
-        while member(chain[-1]) and (step := next_item(chain[-1])) is not None:
+        chain = [item_at(i) if member(i) else (i,)]
+        closed_at = 1  # the chain's length up to its last "and" separator
+        while member(chain[-1][-1]) and (step := next_item(chain[-1])) is not None:
             chain.append(step[0])
             if step[1]:
                 closed_at = len(chain)
-        group = chain[:closed_at]
-        groups.append(tuple(group))
+        chain = chain[:closed_at] if closed_at > 1 else [(i,)]  # an unjoined word is a group of its own
+        group = tuple(index for item in chain for index in item)
+        groups.append(group)
         i = group[-1] + 1
     return groups
 
