@@ -175,14 +175,18 @@ class GGDFeaturizer(Featurizer):
             else:
                 yield slot[conjunct.left], self.relations[FILTER_RELATION], slot[conjunct.right]
 
+    def _analysis(self, example: Example):
+        """The question's spaCy analysis; tagged now if ``prepare`` did not see it."""
+        if example.utterance not in self._syntax:
+            self.prepare([example])
+        return self._syntax[example.utterance]
+
     def _groups(self, example: Example) -> list[tuple[int, ...]]:
         if not self.grouping:
             return [(i,) for i in range(len(example.utterance.split()))]
         from models.syntax import conjunction_groups
 
-        if example.utterance not in self._syntax:
-            self.prepare([example])
-        return conjunction_groups(self._syntax[example.utterance], comma_lists=self.comma_lists,
+        return conjunction_groups(self._analysis(example), comma_lists=self.comma_lists,
                                   compound_items=self.compound_items)
 
     def encode(self, example: Example) -> dict[str, Any]:
@@ -251,9 +255,7 @@ class GGDFeaturizer(Featurizer):
     def _dependency_edges(self, example: Example, groups: list[tuple[int, ...]]):
         from models.syntax import dependency_edges, lift_edges_to_groups
 
-        if example.utterance not in self._syntax:
-            self.prepare([example])
-        return lift_edges_to_groups(*dependency_edges(self._syntax[example.utterance]), groups)
+        return lift_edges_to_groups(*dependency_edges(self._analysis(example)), groups)
 
     def _dependency_graph(self, example: Example, groups: list[tuple[int, ...]]) -> Data:
         edges, labels = self._dependency_edges(example, groups)
