@@ -1,27 +1,32 @@
 """Grounded Graph Decoding (Gai et al. 2021, "Grounded Graph Decoding Improves Compositional Generalization in
 Question Answering") for CFQ.
 
-A CFQ query is a conjunctive query graph (§3.1): its nodes are the anonymised entities of the question (``M0``..),
-constants (types such as ``people.person``, Freebase ids such as ``m_05zppz`` for "male") and variables
-(``?x0``..); its edges are the relations of the triples. The model
+A CFQ query is a conjunctive query graph (§3.1): its nodes are the anonymised entities of the question (``M0``..)
+and variables (``?x0``..), its edges the relations between them (FILTER inequalities are edges of the reserved
+relation ``!=``, ``zoo.formalisms.sparql``). Triples whose object is a constant (``?x0 a film.film``, ``?x0
+people.person.gender m_05zppz``) are *attributes* of their subject, one per (relation, constant) pair of training.
+The model
 
-1. encodes ``g_1 .. g_k NIL [SEP] c_1 .. c_C [SEP] x_0 .. x_V`` with a bidirectional LSTM, where ``g_i`` are the
-   question's *groups*: single words, or ``A and B`` phrases whose words share a part of speech merged into one
-   token whose embedding is the sum of its words' (§3.2, ``models/syntax.py``; CFQ writes coordinations of three
-   or more as ``A , B , and C``, grouped too unless ``comma_lists=False``); ``NIL`` is the token grounding
-   attends to when no edge holds (§3.3); ``c_j`` are the constants and ``x_i`` the variable slots (§3.1: "we
-   concatenate the question with the list of variables"). Constants are appended like variables, as the reference
-   implementation did: the whole training inventory (28 constants on CFQ MCD1), so every query of the split can be
-   written and each constant's embedding is contextualised by the question;
-2. embeds each node as the contextual embedding of its token (an entity mentioned several times sums its
+1. reads the question as *groups* (§3.2): single words, or ``A and B`` phrases whose words share a part of speech
+   merged into one group whose embedding is the sum of its words' (``models/syntax.py``; CFQ writes coordinations
+   of three or more as ``A , B , and C``, grouped too unless ``comma_lists=False``). Phrases that act as one word
+   in training (``art director``, ``executive produced``, ``country of nationality``) are one word first
+   (``multiword``), so they can be list items;
+2. encodes ``g_1 .. g_k NIL [SEP] x_0 .. x_V`` with a bidirectional LSTM (§3.1: "we concatenate the question with
+   the list of variables"; ``NIL`` is what grounding attends to when no edge holds, §3.3). With
+   ``encoder_input="tags"`` (the default) the LSTM reads each group's part of speech, or a closed-class word
+   itself (``Did [entity] [VERB] [entity]``), as the reference implementation did with CFQ's question templates:
+   the words then reach the edge scores only through grounding, which is what makes the structure generalise;
+   ``encoder_input="words"`` reads the group embeddings, as §3.2 describes;
+3. embeds each node as the contextual embedding of its token (an entity mentioned several times sums its
    mentions; an entity inside a group gets the group's embedding, §3.2);
-3. scores every candidate edge s -r-> o independently, ``sigmoid(w_r^T [h_s, h_o, z_so])`` (Eq. 1 and §3.3), where
+4. scores every candidate edge s -r-> o independently, ``sigmoid(w_r^T [h_s, h_o, z_so])`` (Eq. 1 and §3.3), where
    the grounded embedding ``z_so = sum_k softmax_k(q_so^T K h_k / sqrt(d)) nu_k`` attends over the question's
-   groups and NIL with ``q_so = Q [h_s, h_o]`` and ``nu_k`` the group's input embedding; without grounding (the
+   groups and NIL with ``q_so = Q [h_s, h_o]`` and ``nu_k`` the group's embedding; an attribute a of node s is
+   scored the same way with a learned embedding of a in place of ``Q_o h_o``. Without grounding (the
    "syntax-aware" and "graph decoding only" ablations of Table 3) the score is ``sigmoid(w_r^T [h_s, h_o])``;
-4. trains on the binary cross-entropy of Eq. 2 over all candidate triples, plus the query type (``SELECT
-   DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above 0.5. FILTER
-   inequalities are edges of the reserved relation ``!=`` (``zoo.formalisms.sparql``).
+5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
+   (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above 0.5.
 
 The scoring is vectorised over all (s, r, o) of a batch: ``w_r^T [h_s, h_o, z_so]`` splits into a subject term, an
 object term and a grounding term, and the grounding term is ``sum_k alpha_so^k (w_r^z . nu_k)``, so no tensor of
@@ -30,25 +35,25 @@ size pairs x embedding is ever formed.
 Beyond the paper (§4.6 names richer syntax as future work): with ``gnn_layers > 0`` the encoder's question states
 are refined by a relational GCN (``torch_geometric`` ``RGCNConv``) over the spaCy dependency parse lifted to groups.
 
-Departures, each a parameter: ``node_identity`` adds a learned embedding per node slot (M0, M1, ...), since two
-entities in one group ("M4 and M5") otherwise share one embedding and the direction of a FILTER between them is
-undecidable; candidate triples are restricted to the (subject kind, relation, object kind) combinations seen in
-training (question entity / Freebase id / type / variable), which removes triples the SPARQL grammar forbids, such
-as a type constant as a subject, so every decoded query is one the formalism reads.
+Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
+than the paper's text; constants are attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z``
+cannot tell which type constant the grounded word names; candidate triples are restricted to the (subject kind,
+relation, object kind) combinations seen in training, which removes triples the SPARQL grammar forbids.
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.data import Batch, Data
 
 from zoo.formalisms import FormalismError, get_formalism
-from zoo.formalisms.sparql import NODE_TYPE, FILTER_RELATION, Filter, SparqlQuery, Triple, term_kind
+from zoo.formalisms.sparql import FILTER_RELATION, Filter, SparqlQuery, Triple
 from zoo.parser import Featurizer, Parser
 from zoo.registry import register_model
 from zoo.types import Example
@@ -56,24 +61,27 @@ from zoo.types import Example
 PAD, UNK, NIL, SEP = "<pad>", "<unk>", "<nil>", "<sep>"
 ENTITY = re.compile(r"M(\d+)")
 VARIABLE = re.compile(r"\?x(\d+)")
-# Node kinds for the candidate mask; constants split as the SPARQL formalism's grammar does (a type is only ever the
-# object of "a"; a Freebase id such as m_05zppz is an object of other relations).
-KIND_ENTITY, KIND_ID, KIND_TYPE, KIND_VARIABLE = 0, 1, 2, 3
-N_KINDS = 4
+KIND_ENTITY, KIND_VARIABLE = 0, 1  # node kinds, for the candidate masks
+N_KINDS = 2
+# Universal PoS tags of open-class words: the encoder reads these in place of the words (encoder_input="tags").
+OPEN_CLASSES = frozenset({"NOUN", "VERB", "ADJ", "ADV", "PROPN", "NUM", "X", "INTJ", "SYM"})
 
 
 class FeaturizationError(ValueError):
     """An example the featurizer cannot encode (empty question, an entity index beyond those seen in training)."""
 
 
-def _terms(query: SparqlQuery):
+def _is_node(term: str) -> bool:
+    return bool(ENTITY.fullmatch(term) or VARIABLE.fullmatch(term))
+
+
+def _conjuncts(query: SparqlQuery) -> Iterator[tuple[str, str, str]]:
+    """(subject, relation, object) of every conjunct; a FILTER is (left, "!=", right)."""
     for conjunct in query.conjuncts:
         if isinstance(conjunct, Triple):
-            yield conjunct.subject
-            yield conjunct.object
+            yield conjunct.subject, conjunct.relation, conjunct.object
         else:
-            yield conjunct.left
-            yield conjunct.right
+            yield conjunct.left, FILTER_RELATION, conjunct.right
 
 
 def _example_name(example: Example) -> str:
@@ -83,97 +91,138 @@ def _example_name(example: Example) -> str:
 class GGDFeaturizer(Featurizer):
     """Questions to group sequences and node incidences; queries to target graphs (``torch_geometric`` ``Data``).
 
-    Node slots are fixed per fitted featurizer: entities ``M0..M{E-1}``, then the constants, then ``?x0..?x{V-1}``
-    (E, the constants and V from the training split).
+    Node slots are fixed per fitted featurizer: entities ``M0..M{E-1}``, then ``?x0..?x{V-1}`` (E and V from the
+    training split). Each (relation, constant) pair of training (``a film.film``, ``people.person.gender
+    m_05zppz``) is an *attribute* a node may have.
     """
 
-    def __init__(self, grouping: bool = True, dependencies: bool = False, tagger: str | None = None,
-                 entity_slots: int | None = None, comma_lists: bool = True, compound_items: bool = False):
+    def __init__(self, grouping: bool = True, encoder_input: str = "tags", multiword: bool = True,
+                 dependencies: bool = False, tagger: str | None = None, entity_slots: int | None = None,
+                 comma_lists: bool = True):
+        if encoder_input not in ("tags", "words"):
+            raise ValueError(f"encoder_input must be 'tags' or 'words', not {encoder_input!r}")
         self.grouping = grouping
+        self.multiword = multiword  # read phrases such as "art director" as one word (models/syntax.py)
+        self.encoder_input = encoder_input
         self.comma_lists = comma_lists  # group "A , B , and C" too, not only "A and B" (models/syntax.py)
-        self.compound_items = compound_items  # list items may be noun compounds ("art director")
         self.entity_slots = entity_slots  # None: as many as the training split mentions
         self.dependencies = dependencies
         self.tagger = tagger
+        self.units: set[tuple[str, ...]] = set()  # the multiword units found in training
         self.words: dict[str, int] = {}
-        self.constants: list[str] = []
-        self.relations: dict[str, int] = {}
+        self.tags: dict[str, int] = {}
+        self.relations: dict[str, int] = {}  # edge relations between entities and variables, FILTER's "!=" too
+        self.attributes: list[tuple[str, str]] = []  # (relation, constant)
         self.dependency_labels: dict[str, int] = {}
         self.n_entities = self.n_variables = 0
-        self.allowed = torch.zeros(0)  # [R, kinds, kinds]: relation r seen from a subject kind to an object kind
-        self._syntax: dict[str, Any] = {}  # utterance -> Analysis; filled by prepare, never saved
+        self.allowed = torch.zeros(0)  # [R, 2, 2]: relation r seen from a subject kind to an object kind
+        self.allowed_attributes = torch.zeros(0)  # [2, A]: attribute seen on a node kind
+        self._syntax: dict[str, Any] = {}  # utterance -> Analysis over its units; filled by prepare, never saved
         self._encoded: dict[tuple[str, str], dict[str, Any]] = {}  # (utterance, program) -> encode's output
+
+    @property
+    def needs_syntax(self) -> bool:
+        return self.grouping or self.dependencies or self.encoder_input == "tags"
 
     # ----- layout ----------------------------------------------------------------------------------------------
     @property
     def n_nodes(self) -> int:
-        return self.n_entities + len(self.constants) + self.n_variables
+        return self.n_entities + self.n_variables
 
     def node_names(self) -> list[str]:
-        return ([f"M{i}" for i in range(self.n_entities)] + self.constants
-                + [f"?x{i}" for i in range(self.n_variables)])
-
-    def subject_slots(self) -> torch.Tensor:
-        """The node slots whose kind is the subject of some relation in training (entities and variables on CFQ;
-        a constant is only ever an object): scoring rows are these slots only."""
-        can_be_subject = self.allowed.any(dim=(0, 2))
-        return torch.nonzero(can_be_subject[self.node_kinds()]).flatten()
+        return [f"M{i}" for i in range(self.n_entities)] + [f"?x{i}" for i in range(self.n_variables)]
 
     def node_kinds(self) -> torch.Tensor:
-        constants = [KIND_TYPE if term_kind(c) == NODE_TYPE else KIND_ID for c in self.constants]
-        return torch.tensor([KIND_ENTITY] * self.n_entities + constants + [KIND_VARIABLE] * self.n_variables)
+        return torch.tensor([KIND_ENTITY] * self.n_entities + [KIND_VARIABLE] * self.n_variables)
 
     # ----- fitting ---------------------------------------------------------------------------------------------
     def fit(self, examples: Sequence[Example]) -> "GGDFeaturizer":
         sparql = get_formalism("cfq_sparql")
         queries = [sparql.parse(e.program) for e in examples]
-        words = sorted({w for e in examples for w in e.utterance.split()})
-        constants, entities, variables = set(), {0}, {0}
+        entities, variables, relations, attributes = {0}, {0}, set(), set()
         for query in queries:
-            for term in _terms(query):
-                if (match := ENTITY.fullmatch(term)):
-                    entities.add(int(match.group(1)))
-                elif (match := VARIABLE.fullmatch(term)):
-                    variables.add(int(match.group(1)))
+            for subject, relation, obj in _conjuncts(query):
+                for term in (subject, obj):
+                    if (match := ENTITY.fullmatch(term)):
+                        entities.add(int(match.group(1)))
+                    elif (match := VARIABLE.fullmatch(term)):
+                        variables.add(int(match.group(1)))
+                if _is_node(obj):
+                    relations.add(relation)
                 else:
-                    constants.add(term)
+                    attributes.add((relation, obj))
         for e in examples:
             entities.update(int(m.group(1)) for w in e.utterance.split() if (m := ENTITY.fullmatch(w)))
-        self.constants = sorted(constants)
         self.n_entities, self.n_variables = max(max(entities) + 1, self.entity_slots or 0), max(variables) + 1
-        specials = [PAD, UNK, NIL, SEP] + [f"<c:{c}>" for c in self.constants] + [
-            f"<x{i}>" for i in range(self.n_variables)]
-        self.words = {w: i for i, w in enumerate(specials + words)}
-        self.relations = sparql.build_relation_vocab(queries)
-        if self.dependencies:
+        self.relations = {r: i for i, r in enumerate(sorted(relations))}
+        self.attributes = sorted(attributes)
+        if self.multiword:
+            from models.syntax import multiword_units
+
+            self.units = multiword_units(e.utterance.split() for e in examples)
+        variable_tokens = [f"<x{i}>" for i in range(self.n_variables)]
+        words = sorted({w for e in examples for w in self._tokens(e)})
+        self.words = {w: i for i, w in enumerate([PAD, UNK, NIL, SEP, *variable_tokens, *words])}
+        if self.needs_syntax:
             self.prepare(examples)
+        if self.encoder_input == "tags":
+            tags = sorted({tag for e in examples for tag in self._tags(e, self._groups(e))})
+            self.tags = {t: i for i, t in enumerate([PAD, UNK, NIL, SEP, *variable_tokens, *tags])}
+        if self.dependencies:
             labels = {label for e in examples for label in self._dependency_edges(e, self._groups(e))[1]}
             self.dependency_labels = {label: i for i, label in enumerate(["<unk>", *sorted(labels)])}
         slot = {name: i for i, name in enumerate(self.node_names())}
         kinds = self.node_kinds()
         self.allowed = torch.zeros(len(self.relations), N_KINDS, N_KINDS, dtype=torch.bool)
+        self.allowed_attributes = torch.zeros(N_KINDS, len(self.attributes), dtype=torch.bool)
         for query in queries:
-            for s, r, o in self._triples(query, slot):
+            edges, node_attributes = self._graph(query, slot)
+            for s, r, o in edges:
                 self.allowed[r, kinds[s], kinds[o]] = True
+            for s, a in node_attributes:
+                self.allowed_attributes[kinds[s], a] = True
         return self
 
     def prepare(self, examples: Sequence[Example]) -> None:
         """Tag every question once, in bulk (spaCy; cached on disk by ``models.syntax.SyntaxCache``)."""
-        if not (self.grouping or self.dependencies):
+        if not self.needs_syntax:
             return
         from models.syntax import SyntaxCache
 
+        from models.syntax import merge_analysis
+
         missing = sorted({e.utterance for e in examples} - set(self._syntax))
         if missing:
-            self._syntax.update(zip(missing, SyntaxCache(self.tagger).analyse_many(missing)))
+            for utterance, analysis in zip(missing, SyntaxCache(self.tagger).analyse_many(missing)):
+                self._syntax[utterance] = merge_analysis(analysis, self._spans(utterance))
 
     # ----- encoding --------------------------------------------------------------------------------------------
-    def _triples(self, query: SparqlQuery, slot: dict[str, int]):
-        for conjunct in query.conjuncts:
-            if isinstance(conjunct, Triple):
-                yield slot[conjunct.subject], self.relations[conjunct.relation], slot[conjunct.object]
+    def _graph(self, query: SparqlQuery, slot: dict[str, int]):
+        """(subject slot, relation id, object slot) edges and (slot, attribute id) pairs of a query; a KeyError
+        names the first term, relation or attribute outside this featurizer's vocabulary."""
+        attribute_ids = {a: i for i, a in enumerate(self.attributes)}
+        edges, attributes = set(), set()
+        for subject, relation, obj in _conjuncts(query):
+            if _is_node(obj):
+                edges.add((slot[subject], self.relations[relation], slot[obj]))
             else:
-                yield slot[conjunct.left], self.relations[FILTER_RELATION], slot[conjunct.right]
+                attributes.add((slot[subject], attribute_ids[(relation, obj)]))
+        return sorted(edges), sorted(attributes)
+
+    def _spans(self, utterance: str) -> list[tuple[int, ...]]:
+        """The word indices of each unit of the question: a multiword unit, or a single word."""
+        from models.syntax import merge_units
+
+        spans, start = [], 0
+        for unit in merge_units(utterance.split(), self.units):
+            spans.append(tuple(range(start, start + len(unit))))
+            start += len(unit)
+        return spans
+
+    def _tokens(self, example: Example) -> list[str]:
+        """The question's units as tokens (``art_director``); its words without ``multiword``."""
+        words = example.utterance.split()
+        return ["_".join(words[i] for i in span) for span in self._spans(example.utterance)]
 
     def _analysis(self, example: Example):
         """The question's spaCy analysis; tagged now if ``prepare`` did not see it."""
@@ -183,32 +232,41 @@ class GGDFeaturizer(Featurizer):
 
     def _groups(self, example: Example) -> list[tuple[int, ...]]:
         if not self.grouping:
-            return [(i,) for i in range(len(example.utterance.split()))]
+            return [(i,) for i in range(len(self._tokens(example)))]
         from models.syntax import conjunction_groups
 
-        return conjunction_groups(self._analysis(example), comma_lists=self.comma_lists,
-                                  compound_items=self.compound_items)
+        return conjunction_groups(self._analysis(example), comma_lists=self.comma_lists)
+
+    def _tags(self, example: Example, groups: list[tuple[int, ...]]) -> list[str]:
+        """A group's tag: ``[entity]`` for CFQ's anonymised entities, the part of speech of an open-class word
+        (``[NOUN]``, ``[VERB]``, ``[ADJ]``), and a closed-class word itself (``Did``, ``of``, ``'s``). The words
+        of a group share their part of speech, so its first word's tag is the group's."""
+        analysis = self._analysis(example)
+        tags = []
+        for group in groups:
+            word, pos = analysis.tokens[group[0]], analysis.pos[group[0]]
+            tags.append("[entity]" if ENTITY.fullmatch(word) else f"[{pos}]" if pos in OPEN_CLASSES else word)
+        return tags
 
     def encode(self, example: Example) -> dict[str, Any]:
-        """Memoised: CFQ training revisits 95k questions every epoch, and encoding costs a sixth of a step."""
+        """Memoised: CFQ training revisits 95k questions every epoch."""
         key = (example.utterance, example.program)
         if key not in self._encoded:
             self._encoded[key] = self._encode(example)
         return self._encoded[key]
 
     def _encode(self, example: Example) -> dict[str, Any]:
-        tokens = example.utterance.split()
+        tokens = self._tokens(example)
         if not tokens:
             raise FeaturizationError(f"{_example_name(example)}: empty question")
         groups = self._groups(example)
         unk = self.words[UNK]
-        sequence = [[self.words.get(tokens[i], unk) for i in group] for group in groups]
-        n_question = len(sequence) + 1  # the groups and NIL: what grounding attends over
-        sequence += [[self.words[NIL]], [self.words[SEP]]]
-        constant_start = len(sequence)
-        sequence += [[self.words[f"<c:{c}>"]] for c in self.constants] + [[self.words[SEP]]]
-        variable_start = len(sequence)
-        sequence += [[self.words[f"<x{i}>"]] for i in range(self.n_variables)]
+        tail = [NIL, SEP] + [f"<x{i}>" for i in range(self.n_variables)]
+        words = [[self.words.get(tokens[i], unk) for i in group] for group in groups] + [[self.words[t]] for t in tail]
+        item = {"words": words, "n_question": len(groups) + 1}  # grounding attends over the groups and NIL
+        if self.encoder_input == "tags":
+            unk_tag = self.tags[UNK]
+            item["tags"] = [self.tags.get(tag, unk_tag) for tag in self._tags(example, groups) + tail]
         # node -> the sequence positions whose contextual embeddings it sums (an entity: its mentions)
         mentions: list[tuple[int, int]] = []
         for position, group in enumerate(groups):
@@ -219,38 +277,44 @@ class GGDFeaturizer(Featurizer):
                         raise FeaturizationError(f"{_example_name(example)}: entity {tokens[i]} is beyond the "
                                                  f"M0..M{self.n_entities - 1} seen in training")
                     mentions.append((entity, position))
-        mentions += [(self.n_entities + j, constant_start + j) for j in range(len(self.constants))]
-        mentions += [(self.n_entities + len(self.constants) + i, variable_start + i) for i in range(self.n_variables)]
+        variable_start = len(groups) + 2
+        mentions += [(self.n_entities + i, variable_start + i) for i in range(self.n_variables)]
+        item["mentions"] = mentions
         try:
-            target = self.target_graph(example)
-        except FeaturizationError as e:  # a constant unseen in training: fine to evaluate on, not to train on
-            target = str(e)
-        item = {"sequence": sequence, "n_question": n_question, "mentions": mentions, "target": target}
+            item["target"] = self.target_graph(example)
+        except FeaturizationError as e:  # a term unseen in training: fine to evaluate on, not to train on
+            item["target"] = str(e)
         if self.dependencies:
             item["dependencies"] = self._dependency_graph(example, groups)
         return item
 
     def target_graph(self, example: Example) -> Data:
-        """The gold query as a graph over this featurizer's node slots (``edge_type`` indexes ``relations``)."""
-        sparql = get_formalism("cfq_sparql")
-        query = sparql.parse(example.program)
-        slot = {name: i for i, name in enumerate(self.node_names())}
+        """The gold query as a graph over this featurizer's node slots (``edge_type`` indexes ``relations``),
+        with ``node_attributes`` [N, A] and the query type ``count``."""
+        query = get_formalism("cfq_sparql").parse(example.program)
         try:
-            triples = sorted(set(self._triples(query, slot)))
+            edges, attributes = self._graph(query, {name: i for i, name in enumerate(self.node_names())})
         except KeyError as e:
-            raise FeaturizationError(f"{_example_name(example)}: {e.args[0]!r} is not a node or relation seen in "
-                                     "training, so this query cannot be a target") from None
-        edges = torch.tensor([[s for s, _, _ in triples], [o for _, _, o in triples]], dtype=torch.long).view(2, -1)
-        return Data(edge_index=edges, edge_type=torch.tensor([r for _, r, _ in triples], dtype=torch.long),
-                    num_nodes=self.n_nodes, count=torch.tensor([query.query_type == "count"]))
+            raise FeaturizationError(f"{_example_name(example)}: {e.args[0]!r} is not a node, relation or "
+                                     "attribute seen in training, so this query cannot be a target") from None
+        node_attributes = torch.zeros(self.n_nodes, len(self.attributes), dtype=torch.bool)
+        for s, a in attributes:
+            node_attributes[s, a] = True
+        return Data(edge_index=torch.tensor([[s for s, _, _ in edges], [o for _, _, o in edges]],
+                                            dtype=torch.long).view(2, -1),
+                    edge_type=torch.tensor([r for _, r, _ in edges], dtype=torch.long),
+                    node_attributes=node_attributes, num_nodes=self.n_nodes,
+                    count=torch.tensor([query.query_type == "count"]))
 
-    def query(self, triples: Sequence[tuple[int, int, int]], count: bool) -> SparqlQuery:
-        """The query of a graph over the node slots: (subject slot, relation id, object slot) triples."""
+    def query(self, edges: Sequence[tuple[int, int, int]], attributes: Sequence[tuple[int, int]],
+              count: bool) -> SparqlQuery:
+        """The query of a graph over the node slots: (subject, relation id, object) edges, (node, attribute id)."""
         names = self.node_names()
         relations = {i: r for r, i in self.relations.items()}
-        conjuncts = tuple(Filter(names[s], names[o]) if relations[r] == FILTER_RELATION
-                          else Triple(names[s], relations[r], names[o]) for s, r, o in triples)
-        return SparqlQuery("count" if count else "select", None if count else "?x0", conjuncts)
+        conjuncts = [Filter(names[s], names[o]) if relations[r] == FILTER_RELATION
+                     else Triple(names[s], relations[r], names[o]) for s, r, o in edges]
+        conjuncts += [Triple(names[s], self.attributes[a][0], self.attributes[a][1]) for s, a in attributes]
+        return SparqlQuery("count" if count else "select", None if count else "?x0", tuple(conjuncts))
 
     def _dependency_edges(self, example: Example, groups: list[tuple[int, ...]]):
         from models.syntax import dependency_edges, lift_edges_to_groups
@@ -265,45 +329,48 @@ class GGDFeaturizer(Featurizer):
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         batch_size = len(items)
-        length = max(len(item["sequence"]) for item in items)
-        width = max(len(group) for item in items for group in item["sequence"])
+        length = max(len(item["words"]) for item in items)
+        width = max(len(group) for item in items for group in item["words"])
         # Fill the tensors with one indexed assignment each: a Python loop over elements costs more than the model.
-        word_index = [(b, t, w, word) for b, item in enumerate(items) for t, group in enumerate(item["sequence"])
-                      for w, word in enumerate(group)]
+        word_index = torch.tensor([(b, t, w, word) for b, item in enumerate(items)
+                                   for t, group in enumerate(item["words"]) for w, word in enumerate(group)])
         words = torch.zeros(batch_size, length, width, dtype=torch.long)
-        b, t, w, word = torch.tensor(word_index).unbind(1)
-        words[b, t, w] = word
+        words[tuple(word_index[:, :3].t())] = word_index[:, 3]
         mention_index = torch.tensor([(b, node, position) for b, item in enumerate(items)
                                       for node, position in item["mentions"]])
         incidence = torch.zeros(batch_size, self.n_nodes, length)
-        incidence.index_put_(tuple(mention_index.unbind(1)), torch.ones(len(mention_index)), accumulate=True)
-        lengths = torch.tensor([len(item["sequence"]) for item in items])
+        incidence.index_put_(tuple(mention_index.t()), torch.ones(len(mention_index)), accumulate=True)
         n_question = torch.tensor([item["n_question"] for item in items])
         targets = [item["target"] for item in items]
         untrainable = [t for t in targets if isinstance(t, str)]
-        batch = {"words": words, "lengths": lengths, "incidence": incidence,
-                 "question_mask": torch.arange(length)[None, :] < n_question[:, None],
+        batch = {"words": words, "lengths": torch.tensor([len(item["words"]) for item in items]),
+                 "incidence": incidence, "question_mask": torch.arange(length)[None, :] < n_question[:, None],
                  "target": untrainable[0] if untrainable else Batch.from_data_list(targets)}
+        if self.encoder_input == "tags":
+            batch["tags"] = torch.nn.utils.rnn.pad_sequence([torch.tensor(item["tags"]) for item in items],
+                                                            batch_first=True)
         if self.dependencies:
             batch["dependencies"] = Batch.from_data_list([item["dependencies"] for item in items])
         return batch
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
+    _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists")
+    _FITTED = ("words", "tags", "relations", "dependency_labels", "n_entities", "n_variables")
+
     def state_dict(self) -> dict[str, Any]:
-        return {"grouping": self.grouping, "dependencies": self.dependencies, "tagger": self.tagger,
-                "entity_slots": self.entity_slots, "comma_lists": self.comma_lists,
-                "compound_items": self.compound_items,
-                "words": self.words, "constants": self.constants, "relations": self.relations,
-                "dependency_labels": self.dependency_labels, "n_entities": self.n_entities,
-                "n_variables": self.n_variables, "allowed": self.allowed.tolist()}
+        return {**{key: getattr(self, key) for key in self._OPTIONS + self._FITTED},
+                "units": sorted(map(list, self.units)), "attributes": [list(a) for a in self.attributes], "allowed": self.allowed.tolist(),
+                "allowed_attributes": self.allowed_attributes.tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
-        featurizer = cls(state["grouping"], state["dependencies"], state["tagger"], state["entity_slots"],
-                         state["comma_lists"], state["compound_items"])
-        for key in ("words", "constants", "relations", "dependency_labels", "n_entities", "n_variables"):
+        featurizer = cls(**{key: state[key] for key in cls._OPTIONS})
+        for key in cls._FITTED:
             setattr(featurizer, key, state[key])
+        featurizer.units = set(map(tuple, state["units"]))
+        featurizer.attributes = [tuple(a) for a in state["attributes"]]
         featurizer.allowed = torch.tensor(state["allowed"], dtype=torch.bool)
+        featurizer.allowed_attributes = torch.tensor(state["allowed_attributes"], dtype=torch.bool)
         return featurizer
 
 
@@ -338,72 +405,81 @@ class GroundedGraphDecoder(Parser):
     featurizer_class = GGDFeaturizer
     supported_formalisms = ("cfq_sparql",)
 
-    def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 64, hidden_size: int = 128,
-                 num_layers: int = 1, dropout: float = 0.5, grounding: bool = True, attention_dim: int = 64,
-                 node_identity: bool = True, gnn_layers: int = 0, threshold: float = 0.5, lr: float = 5e-3, weight_decay: float = 0.0):
+    def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
+                 num_layers: int = 3, dropout: float = 0.5, grounding: bool = True, attention_dim: int = 64,
+                 gnn_layers: int = 0, threshold: float = 0.5, lr: float = 5e-3, weight_decay: float = 0.0,
+                 warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
-        n_relations = len(featurizer.relations)
-        self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
+        n_relations, n_attributes = len(featurizer.relations), len(featurizer.attributes)
+        self.word_embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
+        self.tag_embedding = (nn.Embedding(len(featurizer.tags), embedding_dim, padding_idx=0)
+                              if featurizer.encoder_input == "tags" else None)
         self.encoder = BiLSTM(embedding_dim, hidden_size, num_layers, dropout)
         d = 2 * hidden_size
         self.dropout = nn.Dropout(dropout)
-        self.node_identity = nn.Embedding(featurizer.n_nodes, d) if node_identity else None
         self.gnn = nn.ModuleList()
         if gnn_layers:
             from torch_geometric.nn import RGCNConv
 
             labels = max(1, len(featurizer.dependency_labels))
             self.gnn = nn.ModuleList(RGCNConv(d, d, labels) for _ in range(gnn_layers))
-        self.subject_score = nn.Linear(d, n_relations)  # w_r^T [h_s, h_o, z] = w_s.h_s + w_o.h_o + w_z.z
+        # w_r^T [h_s, h_o, z] = w_s . h_s + w_o . h_o + w_z . z: three linear maps, summed by broadcasting
+        self.subject_score = nn.Linear(d, n_relations)
         self.object_score = nn.Linear(d, n_relations, bias=False)
+        self.attribute_score = nn.Linear(d, n_attributes)  # w_a^T [h_s, z]
         if grounding:
-            self.query_subject = nn.Linear(d, attention_dim, bias=False)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
+            self.query_subject = nn.Linear(d, attention_dim)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
             self.query_object = nn.Linear(d, attention_dim, bias=False)
+            self.query_attribute = nn.Embedding(n_attributes, attention_dim)  # an attribute's stand-in for Q_o h_o
             self.key = nn.Linear(d, attention_dim, bias=False)
             self.grounded_score = nn.Linear(embedding_dim, n_relations, bias=False)
+            self.grounded_attribute_score = nn.Linear(embedding_dim, n_attributes, bias=False)
         self.count_score = nn.Linear(d, 1)  # query type: SELECT count ( * ) vs SELECT DISTINCT ?x0
         self.register_buffer("allowed", featurizer.allowed.clone(), persistent=False)
+        self.register_buffer("allowed_attributes", featurizer.allowed_attributes.clone(), persistent=False)
         self.register_buffer("kinds", featurizer.node_kinds(), persistent=False)
-        self.register_buffer("subjects", featurizer.subject_slots(), persistent=False)
-        row_of_slot = torch.full((featurizer.n_nodes,), -1)
-        row_of_slot[self.subjects] = torch.arange(len(self.subjects))
-        self.register_buffer("row_of_slot", row_of_slot, persistent=False)
 
     @property
     def backbone(self) -> str:
         return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}"
 
     # ----- network ---------------------------------------------------------------------------------------------
-    def forward(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Edge logits [B, S, N, R] (S: the subject slots), the candidate mask [B, S, N, R] and query-type
-        logits [B]."""
-        inputs = self.embedding(batch["words"]).sum(dim=2)  # a group's embedding is the sum of its words' (§3.2)
+    def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Edge logits [B, N, N, R], attribute logits [B, N, A], their candidate masks, query-type logits [B]."""
+        groups = self.word_embedding(batch["words"]).sum(dim=2)  # a group's embedding is its words' sum (§3.2)
+        inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
         states = self.dropout(self.encoder(self.dropout(inputs), batch["lengths"]))
         if len(self.gnn):
             states = self._refine_with_dependencies(states, batch)
         nodes = torch.bmm(batch["incidence"], states)  # [B, N, d]: sums of mention embeddings
-        if self.node_identity is not None:
-            nodes = nodes + self.node_identity.weight[None]
-        subjects = nodes[:, self.subjects]
-        logits = self.subject_score(subjects)[:, :, None, :] + self.object_score(nodes)[:, None, :, :]
+        edges = self.subject_score(nodes)[:, :, None, :] + self.object_score(nodes)[:, None, :, :]
+        attributes = self.attribute_score(nodes)
         if self.hparams.grounding:
-            logits = logits + self._grounding(subjects, nodes, states, inputs, batch["question_mask"])
+            grounded_edges, grounded_attributes = self._grounding(nodes, states, groups, batch["question_mask"])
+            edges, attributes = edges + grounded_edges, attributes + grounded_attributes
+        edge_candidates, attribute_candidates = self._candidates(batch)
         question = batch["question_mask"]
         pooled = (states * question[..., None]).sum(1) / question.sum(1, keepdim=True)
-        return logits, self._candidates(batch), self.count_score(pooled).squeeze(-1)
+        return {"edges": edges, "attributes": attributes, "edge_candidates": edge_candidates,
+                "attribute_candidates": attribute_candidates, "count": self.count_score(pooled).squeeze(-1)}
 
-    def _grounding(self, subjects, nodes, states, inputs, question_mask) -> torch.Tensor:
-        """``w_r^z . z_so`` for every (s, o, r): attention of each node pair over the question's groups (§3.3)."""
+    def _grounding(self, nodes, states, groups, question_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """``w_r^z . z_so`` for every (s, o, r) and ``w_a^z . z_sa`` for every (s, a): attention of each node pair
+        (node and attribute) over the question's groups and NIL (§3.3); ``nu_k`` is group k's input embedding, the
+        sum of its words' embeddings."""
         length = int(question_mask.sum(1).max())  # the question comes first in the sequence
-        question_mask, states, inputs = question_mask[:, :length], states[:, :length], inputs[:, :length]
+        question_mask, states, groups = question_mask[:, :length], states[:, :length], groups[:, :length]
         keys = self.key(states) / math.sqrt(self.hparams.attention_dim)  # [B, T, a]; temperature sqrt(d)
-        from_subject = torch.einsum("bsa,bta->bst", self.query_subject(subjects), keys)
-        from_object = torch.einsum("boa,bta->bot", self.query_object(nodes), keys)
+        from_subject = torch.einsum("bsa,bta->bst", self.query_subject(nodes), keys)
         from_subject = from_subject.masked_fill(~question_mask[:, None, :], float("-inf"))
-        attention = (from_subject[:, :, None, :] + from_object[:, None, :, :]).softmax(dim=-1)  # [B, S, N, T]
-        values = self.grounded_score(inputs)  # [B, T, R]: w_r^z . nu_k, nu_k the group's input embedding
-        return torch.einsum("bsot,btr->bsor", attention, values)
+        from_object = torch.einsum("boa,bta->bot", self.query_object(nodes), keys)
+        from_attribute = torch.einsum("ca,bta->bct", self.query_attribute.weight, keys)
+        edge_attention = (from_subject[:, :, None, :] + from_object[:, None, :, :]).softmax(dim=-1)  # [B,S,O,T]
+        attribute_attention = (from_subject[:, :, None, :] + from_attribute[:, None, :, :]).softmax(dim=-1)
+        edges = torch.einsum("bsot,btr->bsor", edge_attention, self.grounded_score(groups))
+        attributes = torch.einsum("bsct,btc->bsc", attribute_attention, self.grounded_attribute_score(groups))
+        return edges, attributes
 
     def _refine_with_dependencies(self, states: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """Residual relational-GCN layers over the dependency parse of each question's groups."""
@@ -417,25 +493,23 @@ class GroundedGraphDecoder(Parser):
         refined[graphs.batch, positions] = flat
         return refined
 
-    def _candidates(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Triples that may exist: both nodes present (an entity the question mentions) and a (subject kind,
-        relation, object kind) combination seen in training. Self-loops stay: 8 MCD1 training queries have one
-        ("Were M1 and M2 influenced by M1": M1 influenced_by M1)."""
+    def _candidates(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """What may exist: edges between present nodes (variables, and the entities the question mentions) with
+        a (subject kind, relation, object kind) seen in training, and attributes of present nodes seen on their
+        kind. Self-loops stay: 8 MCD1 training queries have one ("Were M1 and M2 influenced by M1")."""
         present = batch["incidence"].sum(-1) > 0  # [B, N]
-        pairs = present[:, self.subjects, None] & present[:, None, :]
-        allowed = self.allowed[:, self.kinds[self.subjects, None], self.kinds[None, :]].permute(1, 2, 0)  # [S, N, R]
-        return pairs[..., None] & allowed[None]
+        pairs = present[:, :, None] & present[:, None, :]
+        allowed = self.allowed[:, self.kinds[:, None], self.kinds[None, :]].permute(1, 2, 0)  # [N, N, R]
+        return pairs[..., None] & allowed[None], present[..., None] & self.allowed_attributes[self.kinds][None]
 
-    def _targets(self, batch: dict[str, Any], like: torch.Tensor) -> torch.Tensor:
+    def _targets(self, batch: dict[str, Any], edges_like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         target = batch["target"]
-        dense = torch.zeros_like(like)
+        edges = torch.zeros_like(edges_like)
         n = self.featurizer.n_nodes
         graph = target.batch[target.edge_index[0]]
-        rows = self.row_of_slot[target.edge_index[0] - graph * n]
-        if (rows < 0).any():
-            raise FeaturizationError("a gold triple has a subject kind never seen as a subject in training")
-        dense[graph, rows, target.edge_index[1] - graph * n, target.edge_type] = 1.0
-        return dense
+        edges[graph, target.edge_index[0] - graph * n, target.edge_index[1] - graph * n, target.edge_type] = 1.0
+        attributes = target.node_attributes.view(edges.shape[0], n, -1).to(edges.dtype)
+        return edges, attributes
 
     # ----- training and decoding -------------------------------------------------------------------------------
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -443,12 +517,15 @@ class GroundedGraphDecoder(Parser):
         query type; and the number of gold triples outside the candidates, which can never be decoded."""
         if isinstance(batch["target"], str):  # the featurizer's reason this batch has no target graph
             raise FeaturizationError(batch["target"])
-        logits, candidates, count_logit = self(batch)
-        targets = self._targets(batch, logits)
-        edge_loss = F.binary_cross_entropy_with_logits(logits, targets, weight=candidates.to(logits.dtype),
-                                                       reduction="sum")
-        count_loss = F.binary_cross_entropy_with_logits(count_logit, batch["target"].count.float(), reduction="sum")
-        return (edge_loss + count_loss) / logits.shape[0], (targets * ~candidates).sum()
+        out = self(batch)
+        edges, attributes = self._targets(batch, out["edges"])
+        loss = sum(F.binary_cross_entropy_with_logits(out[key], target, weight=out[mask].to(target.dtype),
+                                                      reduction="sum")
+                   for key, mask, target in (("edges", "edge_candidates", edges),
+                                             ("attributes", "attribute_candidates", attributes)))
+        loss = loss + F.binary_cross_entropy_with_logits(out["count"], batch["target"].count.float(), reduction="sum")
+        uncoverable = (edges * ~out["edge_candidates"]).sum() + (attributes * ~out["attribute_candidates"]).sum()
+        return loss / edges.shape[0], uncoverable
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss, uncoverable = self.loss(batch)
@@ -458,18 +535,22 @@ class GroundedGraphDecoder(Parser):
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
-        logits, candidates, count_logit = self(batch)
-        probabilities = torch.sigmoid(logits).masked_fill(~candidates, 0.0)
-        n_relations = probabilities.shape[3]
-        sparql = get_formalism("cfq_sparql")
+        out = self(batch)
+        edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
+        attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
+        threshold, sparql = self.hparams.threshold, get_formalism("cfq_sparql")
         programs = []
-        for b in range(logits.shape[0]):
-            chosen = (probabilities[b] > self.hparams.threshold).nonzero().tolist()  # [s, o, r] rows
-            if not chosen:  # a query needs a conjunct: keep the most probable one
-                flat = int(probabilities[b].argmax())
-                chosen = [[*divmod(flat // n_relations, probabilities.shape[2]), flat % n_relations]]
-            query = self.featurizer.query([(int(self.subjects[s]), r, o) for s, o, r in chosen],
-                                          count=bool(count_logit[b] > 0))
+        for b in range(edges.shape[0]):
+            chosen_edges = [(s, r, o) for s, o, r in (edges[b] > threshold).nonzero().tolist()]
+            chosen_attributes = (attributes[b] > threshold).nonzero().tolist()
+            if not chosen_edges and not chosen_attributes:  # a query needs a conjunct: keep the most probable
+                if edges[b].max() >= attributes[b].max():
+                    s, o, r = np.unravel_index(int(edges[b].argmax()), edges[b].shape)
+                    chosen_edges = [(int(s), int(r), int(o))]
+                else:
+                    chosen_attributes = [list(map(int, np.unravel_index(int(attributes[b].argmax()),
+                                                                         attributes[b].shape)))]
+            query = self.featurizer.query(chosen_edges, chosen_attributes, count=bool(out["count"][b] > 0))
             try:
                 programs.append(sparql.unparse(query))
             except FormalismError as e:  # never expected; still a wrong prediction rather than a crash
@@ -477,4 +558,17 @@ class GroundedGraphDecoder(Parser):
         return programs
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        """AdamW; with ``warmup_epochs`` the reference schedule: linear warm-up, then cosine decay to zero."""
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if not self.hparams.warmup_epochs:
+            return optimizer
+        total = self.trainer.estimated_stepping_batches
+        warmup = max(1, int(total * self.hparams.warmup_epochs / max(1, self.trainer.max_epochs)))
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -228,10 +228,63 @@ class SyntaxCache:
         return analyses
 
 
+# --- multiword units -----------------------------------------------------------------------------------------
+def multiword_units(sentences: Iterable[Sequence[str]], entity_pattern: str = ENTITY_PATTERN,
+                    max_successors: int = 3, min_count: int = 20) -> set[tuple[str, ...]]:
+    """Word sequences that behave as one word in ``sentences`` (tokenised): CFQ's ``art director``, ``executive
+    produced``, ``country of nationality`` and the possessive ``' s``. A unit seen at least ``min_count`` times that
+    never ends a sentence, and is always followed by one of at most ``max_successors`` units, none of them ``,``,
+    ``and`` or an entity, is joined with its successor; repeated until nothing changes, so units grow a word at a
+    time (``country of``, then ``country of nationality``). ``film`` stays a word: ``film producer`` but also ``a
+    film that ...``. Gai et al.'s reference implementation joined the same kind of phrase with a hand-made list;
+    this finds them in the training questions instead, so a list item such as ``art director`` is one word for the
+    "A , B , and C" groups.
+    """
+    entity = re.compile(entity_pattern)
+    sentences = [tuple(sentence) for sentence in sentences]
+    units: set[tuple[str, ...]] = set()
+    while True:
+        successors: dict[tuple[str, ...], set] = {}
+        counts: dict[tuple[str, ...], int] = {}
+        for merged in (merge_units(sentence, units) for sentence in sentences):
+            for i, unit in enumerate(merged):
+                successors.setdefault(unit, set()).add(merged[i + 1] if i + 1 < len(merged) else None)
+                counts[unit] = counts.get(unit, 0) + 1
+        grown = {unit + following for unit, following_units in successors.items()
+                 if counts[unit] >= min_count and len(following_units) <= max_successors
+                 and None not in following_units and not entity.fullmatch(unit[-1])
+                 and all(f[0] not in (",", "and") and not entity.fullmatch(f[0]) for f in following_units)
+                 for following in following_units}
+        if grown <= units:
+            return units
+        units |= grown
+
+
+def merge_units(words: Sequence[str], units: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``words`` cut into ``units`` (longest first, left to right); a word in no unit is a unit of its own."""
+    longest = max((len(unit) for unit in units), default=1)
+    merged, i = [], 0
+    while i < len(words):
+        size = next((n for n in range(min(longest, len(words) - i), 1, -1) if tuple(words[i:i + n]) in units), 1)
+        merged.append(tuple(words[i:i + size]))
+        i += size
+    return merged
+
+
+def merge_analysis(analysis: Analysis, spans: Sequence[tuple[int, ...]]) -> Analysis:
+    """The analysis of a sentence whose words were merged into ``spans`` (token indices, in order): a span reads
+    as one token ``w1_w2``, with its last word's tag, head (the span holding it) and relation."""
+    owner = token_to_group(spans)
+    return Analysis(tokens=tuple("_".join(analysis.tokens[i] for i in span) for span in spans),
+                    pos=tuple(analysis.pos[span[-1]] for span in spans),
+                    heads=tuple(owner[analysis.heads[span[-1]]] for span in spans),
+                    deps=tuple(analysis.deps[span[-1]] for span in spans))
+
+
 # --- "A and B" groups (Gai et al. 2021 §3.2) ---------------------------------------------------------------
 
-def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN, comma_lists: bool = True,
-                       compound_items: bool = False) -> list[tuple[int, ...]]:
+def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
+                       comma_lists: bool = True) -> list[tuple[int, ...]]:
     """Gai et al. 2021 §3.2: merge every "A and B" of single words with the same part of speech into a group.
 
     The rule, exactly: consecutive items of a group are single words with the same UPOS tag, neither ``and``
@@ -244,10 +297,6 @@ def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
     PROPN whatever spaCy says, since it tags them inconsistently (in ``marry M4 and M5`` it tags M4 PROPN and
     M5 NOUN). So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and marry`` in
     ``... marry a male person , and marry M4`` joins nothing: the words around it are a noun and a verb.
-
-    With ``compound_items`` an item may be a noun compound (words joined to the next by spaCy's ``compound`` arc,
-    ``art director``, ``executive producer``), compared by its last word's tag: the paper's remark (§3.2) that A
-    and B may be phrases, for CFQ lists such as ``writer , art director , and producer``.
     """
     entity = re.compile(entity_pattern)
     tokens = analysis.tokens
@@ -260,36 +309,25 @@ def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
     def member(i: int) -> bool:
         return not is_and(i) and pos[i] != "PUNCT"
 
-    def item_at(start: int) -> tuple[int, ...]:
-        """The words of the item starting at ``start``: one word, or with ``compound_items`` a noun compound."""
-        end = start
-        while compound_items and end + 1 < len(tokens) and analysis.deps[end] == "compound" \
-                and analysis.heads[end] > end and member(end + 1):
-            end += 1
-        return tuple(range(start, end + 1))
-
-    def next_item(item: tuple[int, ...]) -> tuple[tuple[int, ...], bool] | None:
-        """The item after ``item`` and whether its separator holds "and", if one follows."""
-        last = item[-1]
+    def next_item(last: int) -> tuple[int, bool] | None:
+        """The item after word ``last`` and whether its separator holds "and", if one follows."""
         for separator in separators:
             j = last + len(separator) + 1
-            if j < len(tokens) and tuple(t.lower() for t in tokens[last + 1:j]) == separator and member(j):
-                following = item_at(j)
-                if pos[following[-1]] == pos[last]:
-                    return following, "and" in separator
+            if j < len(tokens) and tuple(t.lower() for t in tokens[last + 1:j]) == separator and member(j) \
+                    and pos[j] == pos[last]:
+                return j, "and" in separator
         return None
 
     groups: list[tuple[int, ...]] = []
     i = 0
     while i < len(tokens):
-        chain = [item_at(i) if member(i) else (i,)]
+        chain = [i]
         closed_at = 1  # the chain's length up to its last "and" separator
-        while member(chain[-1][-1]) and (step := next_item(chain[-1])) is not None:
+        while member(chain[-1]) and (step := next_item(chain[-1])) is not None:
             chain.append(step[0])
             if step[1]:
                 closed_at = len(chain)
-        chain = chain[:closed_at] if closed_at > 1 else [(i,)]  # an unjoined word is a group of its own
-        group = tuple(index for item in chain for index in item)
+        group = tuple(chain[:closed_at])  # an unjoined word is a group of its own
         groups.append(group)
         i = group[-1] + 1
     return groups

@@ -29,33 +29,45 @@ def syntax_cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
 
 
+def _round_trip(featurizer, example) -> str:
+    graph = featurizer.target_graph(example)
+    edges = [(s, int(r), o) for (s, o), r in zip(graph.edge_index.t().tolist(), graph.edge_type)]
+    return SPARQL.unparse(featurizer.query(edges, graph.node_attributes.nonzero().tolist(), count=bool(graph.count)))
+
+
 def test_target_graph_round_trips_and_counts():
-    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
-    assert featurizer.constants == ["film.director", "m_05zppz", "people.person"]
-    assert featurizer.n_entities == 3 and featurizer.n_variables == 1
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    # constants are attributes of nodes, not nodes: one per (relation, constant) of training
+    assert featurizer.attributes == [("a", "film.director"), ("a", "people.person"),
+                                     ("people.person.gender", "m_05zppz")]
+    assert featurizer.node_names() == ["M0", "M1", "M2", "?x0"]
     for example in EXAMPLES:
-        graph = featurizer.target_graph(example)
-        triples = [(int(s), int(r), int(o)) for (s, o), r in zip(graph.edge_index.t().tolist(), graph.edge_type)]
-        query = featurizer.query(triples, count=bool(graph.count))
-        assert SPARQL.canonical(SPARQL.unparse(query)) == SPARQL.canonical(example.program)
-    # constants are only objects, so they never get a scoring row
-    assert featurizer.subject_slots().tolist() == [0, 1, 2, 6]
+        assert SPARQL.canonical(_round_trip(featurizer, example)) == SPARQL.canonical(example.program)
 
 
 def test_grouping_merges_a_and_b_into_one_input_position():
     featurizer = GGDFeaturizer(grouping=True).fit(EXAMPLES)
-    featurizer.prepare(EXAMPLES)
     item = featurizer.encode(EXAMPLES[0])  # Who | directed+produced | M0+M1 | NIL ...
     assert item["n_question"] == 4
-    assert [len(group) for group in item["sequence"][:3]] == [1, 2, 2]
+    assert [len(group) for group in item["words"][:3]] == [1, 2, 2]
     entity_positions = {node: position for node, position in item["mentions"] if node < featurizer.n_entities}
     assert entity_positions == {0: 2, 1: 2}  # M0 and M1 share their group's contextual embedding
-    ungrouped = GGDFeaturizer(grouping=False).fit(EXAMPLES).encode(EXAMPLES[0])
+    ungrouped = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES).encode(EXAMPLES[0])
     assert ungrouped["n_question"] == 8  # seven words and NIL
 
 
+def test_encoder_reads_parts_of_speech_and_closed_class_words():
+    featurizer = GGDFeaturizer(grouping=True).fit(EXAMPLES)
+    names = {i: tag for tag, i in featurizer.tags.items()}
+    item = featurizer.encode(EXAMPLES[0])
+    assert [names[i] for i in item["tags"]] == ["Who", "[VERB]", "[entity]", "<nil>", "<sep>", "<x0>"]
+    assert "directed" not in featurizer.tags  # the words themselves only reach the grounding attention
+    with pytest.raises(ValueError, match="encoder_input must be 'tags' or 'words'"):
+        GGDFeaturizer(encoder_input="chars")
+
+
 def test_bad_questions_fail_at_featurisation_with_the_example_named():
-    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     with pytest.raises(FeaturizationError, match="example 7 .*empty question"):
         featurizer.encode(Example("", EXAMPLES[0].program, {"index": 7}))
     with pytest.raises(FeaturizationError, match="entity M5 is beyond the M0..M2 seen in training"):
@@ -68,7 +80,7 @@ def test_bad_questions_fail_at_featurisation_with_the_example_named():
 
 
 def test_untrained_model_always_decodes_a_readable_query():
-    featurizer = GGDFeaturizer(grouping=False).fit(EXAMPLES)
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", hidden_size=8, embedding_dim=8, attention_dim=4,
                                  threshold=1.1)  # nothing passes: the most probable triple is kept
     programs = model.eval().parse(featurizer.collate([featurizer.encode(e) for e in EXAMPLES]))
@@ -76,12 +88,11 @@ def test_untrained_model_always_decodes_a_readable_query():
         assert len(SPARQL.parse(program).conjuncts) == 1
 
 
-def _overfit(examples, grounding=True, grouping=True, steps=400):
+def _overfit(examples, grounding=True, grouping=True, steps=1200):
     featurizer = GGDFeaturizer(grouping=grouping).fit(examples)
-    featurizer.prepare(examples)
     torch.manual_seed(0)
-    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=32, hidden_size=64, attention_dim=32,
-                                 dropout=0.0, grounding=grounding, lr=1e-2)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=32, hidden_size=64, num_layers=1,
+                                 attention_dim=32, dropout=0.0, grounding=grounding, lr=1e-2)
     batch = featurizer.collate([featurizer.encode(e) for e in examples])
     optimizer = model.configure_optimizers()
     model.train()
@@ -104,12 +115,9 @@ def test_tiny_ggd_overfits_32_cfq_examples():
 @needs_mirror
 def test_featurizer_round_trip_on_every_mcd1_dev_query():
     splits = read_splits("cfq_mcd1")
-    featurizer = GGDFeaturizer(grouping=False).fit(splits["train"])
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(splits["train"])
     for example in splits["dev"]:
-        graph = featurizer.target_graph(example)
-        triples = [(s, int(r), o) for (s, o), r in zip(graph.edge_index.t().tolist(), graph.edge_type)]
-        query = featurizer.query(triples, count=bool(graph.count))
-        assert SPARQL.canonical(SPARQL.unparse(query)) == SPARQL.canonical(example.program), example.meta
+        assert SPARQL.canonical(_round_trip(featurizer, example)) == SPARQL.canonical(example.program), example.meta
 
 
 def test_checkpointed_featurizer_restores_everything():
@@ -125,8 +133,8 @@ def test_dependency_gnn_variant_runs_and_learns():
                                  gnn_layers=2, dropout=0.0)
     batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
     assert batch["dependencies"].num_nodes == sum(featurizer.encode(e)["n_question"] - 1 for e in EXAMPLES)
-    logits, candidates, _ = model(batch)
-    logits[candidates].sum().backward()
+    out = model(batch)
+    out["edges"][out["edge_candidates"]].sum().backward()
     assert all(layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0 for layer in model.gnn)
 
 

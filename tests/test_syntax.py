@@ -78,17 +78,6 @@ def test_pairs_only_without_comma_lists():
     assert conjunction_groups(analysis) == [(0, 2, 5, 7)]
 
 
-def test_compound_items_join_lists_of_noun_compounds():
-    # writer , art director , and producer of M1: "art" is a compound of "director"
-    tokens = ("writer", ",", "art", "director", ",", "and", "producer", "of", "M1")
-    analysis = Analysis(tokens=tokens, pos=("NOUN", "PUNCT", "NOUN", "NOUN", "PUNCT", "CCONJ", "NOUN", "ADP", "PROPN"),
-                        heads=(0, 0, 3, 0, 0, 0, 0, 0, 7), deps=("ROOT", "punct", "compound", "conj", "punct", "cc",
-                                                                  "conj", "prep", "pobj"))
-    assert conjunction_groups(analysis, compound_items=True) == [(0, 2, 3, 6), (7,), (8,)]
-    # single words: "writer , art" ends without "and"; only "director , and producer" joins
-    assert conjunction_groups(analysis) == [(0,), (1,), (2,), (3, 6), (7,), (8,)]
-
-
 def test_entity_pattern_is_configurable():
     analysis = _hand_tagged("ent_1/NOUN and/CCONJ ent_2/PROPN")
     assert conjunction_groups(analysis) == [(0,), (1,), (2,)]
