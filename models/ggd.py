@@ -375,27 +375,34 @@ class GGDFeaturizer(Featurizer):
 
 
 class BiLSTM(nn.Module):
-    """A bidirectional LSTM over right-padded sequences, as two unidirectional LSTMs: one reads each sequence
-    forwards, the other reads it reversed within its own length. Padding then only ever follows the real tokens
-    in either direction, so no packing is needed (packed sequences are several times slower on CPU)."""
+    """A stacked bidirectional LSTM over right-padded sequences. Each layer is two unidirectional LSTMs, one
+    reading each sequence forwards, the other reading it reversed within its own length, so padding only ever
+    follows the real tokens in either direction and no packing is needed (packed sequences are several times
+    slower on CPU); a layer reads both directions of the layer below, as ``nn.LSTM(bidirectional=True)`` does."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float):
         super().__init__()
-        between = dropout if num_layers > 1 else 0.0
-        self.forwards = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True, dropout=between)
-        self.backwards = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True, dropout=between)
+        sizes = [input_size] + [2 * hidden_size] * (num_layers - 1)
+        self.forwards = nn.ModuleList(nn.LSTM(size, hidden_size, batch_first=True) for size in sizes)
+        self.backwards = nn.ModuleList(nn.LSTM(size, hidden_size, batch_first=True) for size in sizes)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """[B, T, input_size] and [B] lengths -> [B, T, 2 * hidden_size] (zeros past each length)."""
         positions = torch.arange(inputs.shape[1], device=inputs.device)[None, :]
         lengths = lengths.to(inputs.device)[:, None]
-        valid = positions < lengths
-        reverse = torch.where(valid, lengths - 1 - positions, positions)  # an involution: reverses, then restores
-        gather = reverse[..., None]
-        backwards, _ = self.backwards(inputs.gather(1, gather.expand(-1, -1, inputs.shape[2])))
-        backwards = backwards.gather(1, gather.expand(-1, -1, backwards.shape[2]))
-        forwards, _ = self.forwards(inputs)
-        return torch.cat([forwards, backwards], dim=-1) * valid[..., None]
+        valid = (positions < lengths)[..., None]
+        reverse = torch.where(positions < lengths, lengths - 1 - positions, positions)[..., None]  # an involution
+
+        def reversed_(x: torch.Tensor) -> torch.Tensor:
+            return x.gather(1, reverse.expand(-1, -1, x.shape[2]))
+
+        states = inputs
+        for layer, (forwards, backwards) in enumerate(zip(self.forwards, self.backwards)):
+            if layer:
+                states = self.dropout(states)
+            states = torch.cat([forwards(states)[0], reversed_(backwards(reversed_(states))[0])], dim=-1) * valid
+        return states
 
 
 @register_model("ggd")
@@ -406,7 +413,7 @@ class GroundedGraphDecoder(Parser):
     supported_formalisms = ("cfq_sparql",)
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
-                 num_layers: int = 3, dropout: float = 0.5, grounding: bool = True, attention_dim: int = 64,
+                 num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
                  gnn_layers: int = 0, threshold: float = 0.5, lr: float = 5e-3, weight_decay: float = 0.0,
                  warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
