@@ -6,7 +6,7 @@ import pytest
 from conftest import DATA_ROOT, needs_mirror
 from models import syntax
 from models.syntax import (Analysis, SyntaxCache, TaggerMissingError, conjunction_groups, dependency_edges,
-                           lift_edges_to_groups, token_to_group)
+                           lift_edges_to_groups, merge_analysis, merge_units, multiword_units, token_to_group)
 
 
 def _tagger_or_skip():
@@ -89,6 +89,31 @@ def test_analysis_rejects_inconsistent_fields():
         Analysis(tokens=("a", "b"), pos=("X",), heads=(0, 0), deps=("x", "x"))
     with pytest.raises(ValueError, match="outside"):
         Analysis(tokens=("a",), pos=("X",), heads=(3,), deps=("x",))
+
+
+def test_multiword_units_grow_a_word_at_a_time():
+    sentences = [s.split() for s in (
+        "Was M0 a art director", "Did M1 ' s art director edit M2", "Was M0 a film", "Was M0 a film director",
+        "Was a film that M1 directed a art director", "Was M2 M1 ' s country of nationality",
+        "Was M0 a country of nationality of M2", "Was M0 a film producer")]
+    units = multiword_units(sentences, min_count=2, max_successors=1)  # tiny corpus: "a" has only 3 successors
+    # "film" is a word of its own too ("a film that"); "country" always starts "country of nationality"
+    assert units == {("art", "director"), ("'", "s"), ("country", "of"), ("country", "of", "nationality")}
+    assert merge_units("Was M2 M1 ' s country of nationality".split(), units) == [
+        ("Was",), ("M2",), ("M1",), ("'", "s"), ("country", "of", "nationality")]
+    # "country" and "'" are seen twice, too rarely to join at min_count=3
+    assert multiword_units(sentences, min_count=3, max_successors=1) == {("art", "director")}
+
+
+def test_merged_analysis_reads_a_unit_as_its_last_word():
+    analysis = Analysis(tokens=("Did", "M1", "'", "s", "art", "director", "edit", "M2"),
+                        pos=("AUX", "PROPN", "PART", "PART", "NOUN", "NOUN", "VERB", "PROPN"),
+                        heads=(6, 5, 1, 1, 5, 6, 6, 6), deps=("aux", "poss", "case", "case", "compound", "nsubj",
+                                                              "ROOT", "dobj"))
+    merged = merge_analysis(analysis, [(0,), (1,), (2, 3), (4, 5), (6,), (7,)])
+    assert merged.tokens == ("Did", "M1", "'_s", "art_director", "edit", "M2")
+    assert merged.pos == ("AUX", "PROPN", "PART", "NOUN", "VERB", "PROPN")
+    assert merged.heads == (4, 3, 1, 4, 4, 4) and merged.deps[3] == "nsubj"
 
 
 def test_edges_lift_to_groups():
