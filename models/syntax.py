@@ -5,7 +5,8 @@ Grounded Graph Decoding (Gai et al. 2021, §3.2 "Incorporating syntactic composi
 sum of its words' embeddings; the encoder then reads groups instead of words, and the grounding attention of §3.3
 attends over groups. ``conjunction_groups`` computes those groups from a PoS-tagged sentence. The dependency
 parse (``dependency_edges``, ``lift_edges_to_groups``) feeds a later variant that runs a relational GCN over the
-dependency graph of the groups.
+dependency graph of the groups. ``multiword_units`` finds the phrases that act as one word in a training set (``art
+director``), and ``merge_analysis`` re-reads an analysis with them joined, so they can be items of a group.
 
 Questions are already tokenised (CFQ: ``Did M2 marry M3 , marry a male person , and marry M4 and M5``), so spaCy
 never re-tokenises: token i of an ``Analysis`` is always word i of ``sentence.split()``. Tagging a CFQ split takes
