@@ -187,9 +187,7 @@ class GGDFeaturizer(Featurizer):
         """Tag every question once, in bulk (spaCy; cached on disk by ``models.syntax.SyntaxCache``)."""
         if not self.needs_syntax:
             return
-        from models.syntax import SyntaxCache
-
-        from models.syntax import merge_analysis
+        from models.syntax import SyntaxCache, merge_analysis
 
         missing = sorted({e.utterance for e in examples} - set(self._syntax))
         if missing:
@@ -359,8 +357,8 @@ class GGDFeaturizer(Featurizer):
 
     def state_dict(self) -> dict[str, Any]:
         return {**{key: getattr(self, key) for key in self._OPTIONS + self._FITTED},
-                "units": sorted(map(list, self.units)), "attributes": [list(a) for a in self.attributes], "allowed": self.allowed.tolist(),
-                "allowed_attributes": self.allowed_attributes.tolist()}
+                "units": sorted(map(list, self.units)), "attributes": [list(a) for a in self.attributes],
+                "allowed": self.allowed.tolist(), "allowed_attributes": self.allowed_attributes.tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
@@ -391,8 +389,9 @@ class BiLSTM(nn.Module):
         """[B, T, input_size] and [B] lengths -> [B, T, 2 * hidden_size] (zeros past each length)."""
         positions = torch.arange(inputs.shape[1], device=inputs.device)[None, :]
         lengths = lengths.to(inputs.device)[:, None]
-        valid = (positions < lengths)[..., None]
-        reverse = torch.where(positions < lengths, lengths - 1 - positions, positions)[..., None]  # an involution
+        valid = positions < lengths
+        reverse = torch.where(valid, lengths - 1 - positions, positions)[..., None]  # an involution
+        valid = valid[..., None]
 
         def reversed_(x: torch.Tensor) -> torch.Tensor:
             return x.gather(1, reverse.expand(-1, -1, x.shape[2]))

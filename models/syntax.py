@@ -263,10 +263,15 @@ def multiword_units(sentences: Iterable[Sequence[str]], entity_pattern: str = EN
 
 def merge_units(words: Sequence[str], units: set[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """``words`` cut into ``units`` (longest first, left to right); a word in no unit is a unit of its own."""
-    longest = max((len(unit) for unit in units), default=1)
+    longest: dict[str, int] = {}  # first word -> length of the longest unit it starts; most words start none
+    for unit in units:
+        longest[unit[0]] = max(longest.get(unit[0], 1), len(unit))
     merged, i = [], 0
     while i < len(words):
-        size = next((n for n in range(min(longest, len(words) - i), 1, -1) if tuple(words[i:i + n]) in units), 1)
+        size = 1
+        if words[i] in longest:
+            size = next((n for n in range(min(longest[words[i]], len(words) - i), 1, -1)
+                         if tuple(words[i:i + n]) in units), 1)
         merged.append(tuple(words[i:i + size]))
         i += size
     return merged
