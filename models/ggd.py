@@ -42,6 +42,7 @@ relation, object kind) combinations seen in training, which removes triples the 
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 from typing import Any, Iterator, Sequence
@@ -58,6 +59,7 @@ from zoo.parser import Featurizer, Parser
 from zoo.registry import register_model
 from zoo.types import Example
 
+log = logging.getLogger(__name__)
 PAD, UNK, NIL, SEP = "<pad>", "<unk>", "<nil>", "<sep>"
 ENTITY = re.compile(r"M(\d+)")
 VARIABLE = re.compile(r"\?x(\d+)")
@@ -98,17 +100,19 @@ class GGDFeaturizer(Featurizer):
 
     def __init__(self, grouping: bool = True, encoder_input: str = "tags", multiword: bool = True,
                  dependencies: bool = False, tagger: str | None = None, entity_slots: int | None = None,
-                 comma_lists: bool = True):
+                 comma_lists: bool = True, lexical_tags: bool = True):
         if encoder_input not in ("tags", "words"):
             raise ValueError(f"encoder_input must be 'tags' or 'words', not {encoder_input!r}")
         self.grouping = grouping
         self.multiword = multiword  # read phrases such as "art director" as one word (models/syntax.py)
         self.encoder_input = encoder_input
         self.comma_lists = comma_lists  # group "A , B , and C" too, not only "A and B" (models/syntax.py)
+        self.lexical_tags = lexical_tags  # a word's parts of speech are those of training (models.syntax.tag_lexicon)
         self.entity_slots = entity_slots  # None: as many as the training split mentions
         self.dependencies = dependencies
         self.tagger = tagger
         self.units: set[tuple[str, ...]] = set()  # the multiword units found in training
+        self.lexicon: dict[str, tuple[str, ...]] = {}  # word -> its parts of speech in training, most frequent first
         self.words: dict[str, int] = {}
         self.tags: dict[str, int] = {}
         self.relations: dict[str, int] = {}  # edge relations between entities and variables, FILTER's "!=" too
@@ -165,6 +169,10 @@ class GGDFeaturizer(Featurizer):
         self.words = {w: i for i, w in enumerate([PAD, UNK, NIL, SEP, *variable_tokens, *words])}
         if self.needs_syntax:
             self.prepare(examples)
+        if self.lexical_tags and self.needs_syntax:
+            from models.syntax import tag_lexicon
+
+            self.lexicon = tag_lexicon(self._syntax[e.utterance] for e in examples)
         if self.encoder_input == "tags":
             tags = sorted({tag for e in examples for tag in self._tags(e, self._groups(e))})
             self.tags = {t: i for i, t in enumerate([PAD, UNK, NIL, SEP, *variable_tokens, *tags])}
@@ -233,16 +241,19 @@ class GGDFeaturizer(Featurizer):
             return [(i,) for i in range(len(self._tokens(example)))]
         from models.syntax import conjunction_groups
 
-        return conjunction_groups(self._analysis(example), comma_lists=self.comma_lists)
+        return conjunction_groups(self._analysis(example), comma_lists=self.comma_lists, lexicon=self.lexicon)
 
     def _tags(self, example: Example, groups: list[tuple[int, ...]]) -> list[str]:
         """A group's tag: ``[entity]`` for CFQ's anonymised entities, the part of speech of an open-class word
         (``[NOUN]``, ``[VERB]``, ``[ADJ]``), and a closed-class word itself (``Did``, ``of``, ``'s``). The words
-        of a group share their part of speech, so its first word's tag is the group's."""
+        of a group share a part of speech (``models.syntax.group_tag``)."""
+        from models.syntax import group_tag, word_tags
+
         analysis = self._analysis(example)
+        word_pos = word_tags(analysis, self.lexicon)
         tags = []
         for group in groups:
-            word, pos = analysis.tokens[group[0]], analysis.pos[group[0]]
+            word, pos = analysis.tokens[group[0]], group_tag(word_pos, group)
             tags.append("[entity]" if ENTITY.fullmatch(word) else f"[{pos}]" if pos in OPEN_CLASSES else word)
         return tags
 
@@ -352,12 +363,14 @@ class GGDFeaturizer(Featurizer):
         return batch
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
-    _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists")
+    _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists",
+                "lexical_tags")
     _FITTED = ("words", "tags", "relations", "dependency_labels", "n_entities", "n_variables")
 
     def state_dict(self) -> dict[str, Any]:
         return {**{key: getattr(self, key) for key in self._OPTIONS + self._FITTED},
                 "units": sorted(map(list, self.units)), "attributes": [list(a) for a in self.attributes],
+                "lexicon": {word: list(tags) for word, tags in self.lexicon.items()},
                 "allowed": self.allowed.tolist(), "allowed_attributes": self.allowed_attributes.tolist()}
 
     @classmethod
@@ -366,6 +379,7 @@ class GGDFeaturizer(Featurizer):
         for key in cls._FITTED:
             setattr(featurizer, key, state[key])
         featurizer.units = set(map(tuple, state["units"]))
+        featurizer.lexicon = {word: tuple(tags) for word, tags in state["lexicon"].items()}
         featurizer.attributes = [tuple(a) for a in state["attributes"]]
         featurizer.allowed = torch.tensor(state["allowed"], dtype=torch.bool)
         featurizer.allowed_attributes = torch.tensor(state["allowed_attributes"], dtype=torch.bool)
@@ -413,8 +427,8 @@ class GroundedGraphDecoder(Parser):
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
                  num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
-                 gnn_layers: int = 0, threshold: float = 0.5, lr: float = 5e-3, weight_decay: float = 0.0,
-                 warmup_epochs: float = 0.0):
+                 gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
+                 weight_decay: float = 0.0, warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
         n_relations, n_attributes = len(featurizer.relations), len(featurizer.attributes)
@@ -541,10 +555,13 @@ class GroundedGraphDecoder(Parser):
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
-        out = self(batch)
+        return self.decode(self(batch), self.hparams.threshold)
+
+    def decode(self, out: dict[str, torch.Tensor], threshold: float) -> list[str]:
+        """The queries of ``forward``'s scores: every candidate triple and attribute above ``threshold``."""
         edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
         attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
-        threshold, sparql = self.hparams.threshold, get_formalism("cfq_sparql")
+        sparql = get_formalism("cfq_sparql")
         programs = []
         for b in range(edges.shape[0]):
             chosen_edges = [(s, r, o) for s, o, r in (edges[b] > threshold).nonzero().tolist()]
@@ -562,6 +579,32 @@ class GroundedGraphDecoder(Parser):
             except FormalismError as e:  # never expected; still a wrong prediction rather than a crash
                 programs.append(f"<unprintable: {e}>")
         return programs
+
+    THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 11))  # 0.05 .. 0.5
+
+    @torch.no_grad()
+    def on_test_start(self) -> None:
+        """With ``tune_threshold``, decode the test set with the threshold among ``THRESHOLDS`` that gives the
+        best dev exact match (ties: the higher), the checkpoint being the one selected on dev too. Every triple is
+        an independent Bernoulli event, and a query is exact only when all of its many triples are right, so the
+        threshold that maximises query exact match is not 0.5: missed triples cost more than extra ones."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not self.hparams.tune_threshold or datamodule is None or not datamodule.val:
+            return
+        correct = dict.fromkeys(self.THRESHOLDS, 0)
+        for batch in datamodule.val_dataloader():
+            batch = datamodule.transfer_batch_to_device(batch, self.device, 0)
+            out = self(batch)
+            for threshold in self.THRESHOLDS:
+                scores = self.scorer.score_batch(self.decode(out, threshold), batch["examples"])
+                correct[threshold] += sum(score.exact_match for score in scores)
+        self.hparams.threshold = max(self.THRESHOLDS, key=lambda t: (correct[t], t))
+        log.info("decision threshold %.2f, chosen on dev (exact match by threshold: %s)", self.hparams.threshold,
+                 {t: round(correct[t] / len(datamodule.val), 4) for t in self.THRESHOLDS})
+
+    def on_test_epoch_end(self) -> None:
+        super().on_test_epoch_end()
+        self.log("test/threshold", float(self.hparams.threshold))  # the results row records what decoded the test
 
     def configure_optimizers(self):
         """AdamW; with ``warmup_epochs`` the reference schedule: linear warm-up, then cosine decay to zero."""
