@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from zoo.results import atomic_path  # noqa: E402
 
 KEYS = ["model", "variant", "backbone", "data", "metric"]
-NOT_METRICS = ("_per_s", "_seconds", "_mb")  # test_examples_per_s is a speed, not a test metric
+# test_examples_per_s is a speed and test_threshold (GGD) the decoding threshold chosen on dev, not test metrics
+NOT_METRICS = ("_per_s", "_seconds", "_mb", "_threshold")
 # Display order of the Markdown tables; a data name belongs to the family of its longest matching prefix.
 FAMILIES = {"SCAN": ("scan_",), "SCAN-SP": ("scan_sp_",), "GeoQuery FunQL": ("geo_funql_",),
             "Text-to-SQL": ("geo_sql_", "atis_sql_", "scholar_sql_", "sql_"), "CFQ": ("cfq_",), "COGS": ("cogs",)}

@@ -26,7 +26,8 @@ The model
    scored the same way with a learned embedding of a in place of ``Q_o h_o``. Without grounding (the
    "syntax-aware" and "graph decoding only" ablations of Table 3) the score is ``sigmoid(w_r^T [h_s, h_o])``;
 5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
-   (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above 0.5.
+   (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above a
+   threshold: 0.5, or with ``tune_threshold`` the one with the best dev exact match (``on_test_start``).
 
 The scoring is vectorised over all (s, r, o) of a batch: ``w_r^T [h_s, h_o, z_so]`` splits into a subject term, an
 object term and a grounding term, and the grounding term is ``sum_k alpha_so^k (w_r^z . nu_k)``, so no tensor of
@@ -36,7 +37,8 @@ Beyond the paper (§4.6 names richer syntax as future work): with ``gnn_layers >
 are refined by a relational GCN (``torch_geometric`` ``RGCNConv``) over the spaCy dependency parse lifted to groups.
 
 Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
-than the paper's text; constants are attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z``
+than the paper's text; a word's part of speech comes from a lexicon of the training questions (``lexical_tags``,
+``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z``
 cannot tell which type constant the grounded word names; candidate triples are restricted to the (subject kind,
 relation, object kind) combinations seen in training, which removes triples the SPARQL grammar forbids.
 """

@@ -1,4 +1,6 @@
 """Grounded Graph Decoding: featurizer round trips, grouping in the input, bad input, overfitting, CLI smoke."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -88,11 +90,35 @@ def test_untrained_model_always_decodes_a_readable_query():
         assert len(SPARQL.parse(program).conjuncts) == 1
 
 
-def _overfit(examples, grounding=True, grouping=True, steps=1200):
-    featurizer = GGDFeaturizer(grouping=grouping).fit(examples)
+def test_decision_threshold_is_chosen_on_dev(monkeypatch):
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
+                                 attention_dim=8)
+    batch = {**featurizer.collate([featurizer.encode(e) for e in EXAMPLES]), "examples": EXAMPLES}
+    model.trainer = SimpleNamespace(datamodule=SimpleNamespace(
+        val=EXAMPLES, val_dataloader=lambda: [batch], transfer_batch_to_device=lambda b, device, index: b))
+    wrong = "SELECT count ( * ) WHERE { M0 a film.film }"
+    right_at = {0.3: 3, 0.35: 2, 0.5: 2}  # dev questions decoded right at each threshold
+    monkeypatch.setattr(model, "decode", lambda out, threshold: [
+        e.program if i < right_at.get(threshold, 0) else wrong for i, e in enumerate(EXAMPLES)])
+    model.on_test_start()
+    assert model.hparams.threshold == 0.3
+    right_at = {0.3: 2, 0.35: 2}  # a tie goes to the higher threshold
+    model.on_test_start()
+    assert model.hparams.threshold == 0.35
+    model.hparams.tune_threshold, model.hparams.threshold = False, 0.5
+    model.on_test_start()
+    assert model.hparams.threshold == 0.5
+
+
+def _overfit(examples, steps=1200):
+    featurizer = GGDFeaturizer().fit(examples)
     torch.manual_seed(0)
-    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=32, hidden_size=64, num_layers=1,
-                                 attention_dim=32, dropout=0.0, grounding=grounding, lr=1e-2)
+    # Two layers: several of the 32 questions read as the same tag sequence ("What was founded by M0 and founded
+    # by a actor", "What was edited by M0 and edited by a person"), so only grounding can tell them apart, and one
+    # layer's states leave it too little to attend with.
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=32, hidden_size=64, num_layers=2,
+                                 attention_dim=32, dropout=0.0, lr=1e-2)
     batch = featurizer.collate([featurizer.encode(e) for e in examples])
     optimizer = model.configure_optimizers()
     model.train()
