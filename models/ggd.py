@@ -38,9 +38,10 @@ are refined by a relational GCN (``torch_geometric`` ``RGCNConv``) over the spaC
 
 Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
 than the paper's text; a word's part of speech comes from a lexicon of the training questions (``lexical_tags``,
-``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z``
-cannot tell which type constant the grounded word names; candidate triples are restricted to the (subject kind,
-relation, object kind) combinations seen in training, which removes triples the SPARQL grammar forbids.
+``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are
+attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z`` cannot tell which type constant the
+grounded word names; candidate triples are restricted to the (subject kind, relation, object kind) combinations
+seen in training, which removes triples the SPARQL grammar forbids; the decision threshold is chosen on dev.
 """
 from __future__ import annotations
 

@@ -339,8 +339,8 @@ def conjunction_groups(analysis: Analysis, entity_pattern: str = ENTITY_PATTERN,
     tuple of its words' indices without the separators; every other word is a group of its own. Groups are
     listed in sentence order. Words matching ``entity_pattern`` (CFQ's anonymised ``M0`` .. ``M9``) are a part
     of speech of their own whatever spaCy says, since it tags them inconsistently (in ``marry M4 and M5`` it tags
-    M4 PROPN and M5 NOUN). So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and marry`` in
-    ``... marry a male person , and marry M4`` joins nothing: the words around it are a noun and a verb.
+    M4 PROPN and M5 NOUN). So ``Who directed and produced M0 and M1`` gives (0,), (1, 3), (4, 6), while ``, and
+    marry`` in ``... marry a male person , and marry M4`` joins nothing: the words around it are a noun and a verb.
 
     With a ``lexicon`` (``tag_lexicon``) a word has the parts of speech it takes in training instead of the one
     spaCy gives it in this sentence, and the items of a chain must share one of them (``word_tags``).
