@@ -44,6 +44,7 @@ def test_cli_smoke_run_writes_a_row_and_predictions(tmp_path):
     for column in ("git_commit", "params", "train_seconds", "epochs", "train_examples_per_s", "test_examples_per_s",
                    "hardware", "peak_memory_mb", "best_val"):
         assert row[column] != "", column
+    assert 0 < float(row["test_examples_per_s"]) < 1e6  # the test loop was timed
     predictions = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == int(row["n_test"]) == 8
     for p in predictions:  # SCAN actions do not execute; "error" says why a malformed prediction was wrong

@@ -33,11 +33,19 @@ class RunConfigError(ValueError):
     """A run that cannot start as configured (resume without a checkpoint, a used run directory...)."""
 
 
-class TrainThroughput(Callback):
-    """Counts training examples and the seconds spent in training batches only (no validation)."""
+class Throughput(Callback):
+    """Counts training examples and the seconds spent in training batches only (no validation), and times the test
+    loop alone (not what a model prepares in ``on_test_start``, such as GGD choosing its threshold on dev)."""
 
     def __init__(self):
         self.examples, self.seconds, self._start = 0, 0.0, 0.0
+        self.test_seconds = 0.0
+
+    def on_test_epoch_start(self, trainer, module):
+        self._start = time.perf_counter()
+
+    def on_test_epoch_end(self, trainer, module):
+        self.test_seconds = time.perf_counter() - self._start
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._start = time.perf_counter()
@@ -80,7 +88,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                            enable_version_counter=False)
     last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
                            every_n_train_steps=cfg.checkpoint_every_n_steps)
-    throughput = TrainThroughput()
+    throughput = Throughput()
     extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, *extra_callbacks],
@@ -92,10 +100,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if trainer.interrupted:
         raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
 
-    started = time.perf_counter()
     best_path = best.best_model_path or None  # None when validation never ran: test the final weights
     test_metrics = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, verbose=False)[0]
-    test_seconds = time.perf_counter() - started
 
     row: dict[str, Any] = {}
     if trainer.is_global_zero:
@@ -118,7 +124,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             "epochs": trainer.current_epoch,
             "global_steps": trainer.global_step,
             "train_examples_per_s": round(throughput.examples / max(throughput.seconds, 1e-9), 1),
-            "test_examples_per_s": round(len(datamodule.test) / max(test_seconds, 1e-9), 1),
+            "test_examples_per_s": round(len(datamodule.test) / max(throughput.test_seconds, 1e-9), 1),
             "hardware": hardware_string(trainer),
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
