@@ -256,8 +256,8 @@ class GGDFeaturizer(Featurizer):
         word_pos = word_tags(analysis, self.lexicon)
         tags = []
         for group in groups:
-            word, pos = analysis.tokens[group[0]], group_tag(word_pos, group)
-            tags.append("[entity]" if ENTITY.fullmatch(word) else f"[{pos}]" if pos in OPEN_CLASSES else word)
+            pos, word = group_tag(word_pos, group), analysis.tokens[group[0]]
+            tags.append("[entity]" if pos == "ENTITY" else f"[{pos}]" if pos in OPEN_CLASSES else word)
         return tags
 
     def encode(self, example: Example) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import warnings
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -296,16 +297,14 @@ def tag_lexicon(analyses: Iterable[Analysis], min_share: float = 0.1) -> dict[st
     ``edit , produce , direct , and write`` would not group and the tags an encoder reads would vary between
     questions of one shape. Read through the lexicon, every word has one tag (its most frequent) and the tags it
     can share with the other items of a coordination (``edit``: NOUN, VERB, PROPN)."""
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, Counter] = defaultdict(Counter)
     for analysis in analyses:
         for token, tag in zip(analysis.tokens, analysis.pos):
-            word = counts.setdefault(token, {})
-            word[tag] = word.get(tag, 0) + 1
+            counts[token][tag] += 1
     lexicon = {}
     for token, tags in counts.items():
-        total = sum(tags.values())
         ranked = sorted(tags, key=lambda tag: (-tags[tag], tag))
-        lexicon[token] = tuple(tag for tag in ranked if tags[tag] >= min_share * total) or ranked[:1]
+        lexicon[token] = tuple(tag for tag in ranked if tags[tag] >= min_share * tags.total()) or ranked[:1]
     return lexicon
 
 

@@ -39,13 +39,13 @@ class Throughput(Callback):
 
     def __init__(self):
         self.examples, self.seconds, self._start = 0, 0.0, 0.0
-        self.test_seconds = 0.0
+        self.test_seconds, self._test_start = 0.0, 0.0
 
     def on_test_epoch_start(self, trainer, module):
-        self._start = time.perf_counter()
+        self._test_start = time.perf_counter()
 
     def on_test_epoch_end(self, trainer, module):
-        self.test_seconds = time.perf_counter() - self._start
+        self.test_seconds = time.perf_counter() - self._test_start
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self._start = time.perf_counter()
