@@ -41,7 +41,10 @@ than the paper's text; a word's part of speech comes from a lexicon of the train
 ``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are
 attributes, since a decomposed score ``w_r . h_s + w_r . h_o + w_r . z`` cannot tell which type constant the
 grounded word names; candidate triples are restricted to the (subject kind, relation, object kind) combinations
-seen in training, which removes triples the SPARQL grammar forbids; the decision threshold is chosen on dev.
+seen in training, which removes triples the SPARQL grammar forbids; the decision threshold is chosen on dev;
+decoding leaves out the types that CFQ's queries leave out as implied by a chosen triple (``?x0 film.director.film
+M0`` implies ``?x0 a film.director``; ``GGDFeaturizer.implied_types``, read off the training queries), which the
+independent scores of §3.1 cannot know.
 """
 from __future__ import annotations
 
@@ -89,6 +92,16 @@ def _conjuncts(query: SparqlQuery) -> Iterator[tuple[str, str, str]]:
             yield conjunct.left, FILTER_RELATION, conjunct.right
 
 
+def _domain(relation: str) -> str | None:
+    """The type a relation is a property of, by Freebase's naming (``film.director.film`` -> ``film.director``),
+    when all of its alternatives agree; ``None`` for reversed paths and alternatives of several types."""
+    alternatives = relation.split("|")
+    if any(alt.startswith("^") for alt in alternatives):
+        return None
+    domains = {alt.split("/")[0].removeprefix("ns:").rsplit(".", 1)[0] for alt in alternatives}
+    return domains.pop() if len(domains) == 1 else None
+
+
 def _example_name(example: Example) -> str:
     return f"example {example.meta.get('index', '?')} ({example.utterance[:60]!r})"
 
@@ -124,6 +137,7 @@ class GGDFeaturizer(Featurizer):
         self.n_entities = self.n_variables = 0
         self.allowed = torch.zeros(0)  # [R, 2, 2]: relation r seen from a subject kind to an object kind
         self.allowed_attributes = torch.zeros(0)  # [2, A]: attribute seen on a node kind
+        self.implied_types = torch.zeros(0)  # [R, A]: CFQ leaves attribute a out of a subject of relation r
         self._syntax: dict[str, Any] = {}  # utterance -> Analysis over its units; filled by prepare, never saved
         self._encoded: dict[tuple[str, str], dict[str, Any]] = {}  # (utterance, program) -> encode's output
 
@@ -186,12 +200,21 @@ class GGDFeaturizer(Featurizer):
         kinds = self.node_kinds()
         self.allowed = torch.zeros(len(self.relations), N_KINDS, N_KINDS, dtype=torch.bool)
         self.allowed_attributes = torch.zeros(N_KINDS, len(self.attributes), dtype=torch.bool)
+        stated_together = torch.zeros(len(self.relations), len(self.attributes), dtype=torch.bool)
         for query in queries:
             edges, node_attributes = self._graph(query, slot)
             for s, r, o in edges:
                 self.allowed[r, kinds[s], kinds[o]] = True
             for s, a in node_attributes:
                 self.allowed_attributes[kinds[s], a] = True
+                stated_together[[r for s_, r, _ in edges if s_ == s], a] = True
+        # CFQ drops a type its query implies: ``?x0 film.director.film M0`` never comes with ``?x0 a
+        # film.director`` although "film director" is in the question, while ``film.writer.film`` keeps ``a
+        # film.writer``. The implied pairs are a relation and its own type (``_domain``) never stated together
+        # on one subject in training; decoding drops them (``GroundedGraphDecoder.decode``).
+        own_type = torch.tensor([[attribute == ("a", _domain(relation)) for attribute in self.attributes]
+                                 for relation in self.relations], dtype=torch.bool).view(len(self.relations), -1)
+        self.implied_types = own_type & ~stated_together
         return self
 
     def prepare(self, examples: Sequence[Example]) -> None:
@@ -374,7 +397,8 @@ class GGDFeaturizer(Featurizer):
         return {**{key: getattr(self, key) for key in self._OPTIONS + self._FITTED},
                 "units": sorted(map(list, self.units)), "attributes": [list(a) for a in self.attributes],
                 "lexicon": {word: list(tags) for word, tags in self.lexicon.items()},
-                "allowed": self.allowed.tolist(), "allowed_attributes": self.allowed_attributes.tolist()}
+                "allowed": self.allowed.tolist(), "allowed_attributes": self.allowed_attributes.tolist(),
+                "implied_types": self.implied_types.tolist()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
@@ -386,6 +410,7 @@ class GGDFeaturizer(Featurizer):
         featurizer.attributes = [tuple(a) for a in state["attributes"]]
         featurizer.allowed = torch.tensor(state["allowed"], dtype=torch.bool)
         featurizer.allowed_attributes = torch.tensor(state["allowed_attributes"], dtype=torch.bool)
+        featurizer.implied_types = torch.tensor(state["implied_types"], dtype=torch.bool)
         return featurizer
 
 
@@ -461,6 +486,7 @@ class GroundedGraphDecoder(Parser):
         self.count_score = nn.Linear(d, 1)  # query type: SELECT count ( * ) vs SELECT DISTINCT ?x0
         self.register_buffer("allowed", featurizer.allowed.clone(), persistent=False)
         self.register_buffer("allowed_attributes", featurizer.allowed_attributes.clone(), persistent=False)
+        self.register_buffer("implied_types", featurizer.implied_types.clone(), persistent=False)
         self.register_buffer("kinds", featurizer.node_kinds(), persistent=False)
 
     @property
@@ -561,9 +587,12 @@ class GroundedGraphDecoder(Parser):
         return self.decode(self(batch), self.hparams.threshold)
 
     def decode(self, out: dict[str, torch.Tensor], threshold: float) -> list[str]:
-        """The queries of ``forward``'s scores: every candidate triple and attribute above ``threshold``."""
+        """The queries of ``forward``'s scores: every candidate triple and attribute above ``threshold``, less the
+        types the chosen triples imply (``GGDFeaturizer.implied_types``), which CFQ leaves out."""
         edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
         attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
+        subject_of = (edges > threshold).any(dim=2).float()  # [B, S, R]
+        attributes = attributes.masked_fill((subject_of @ self.implied_types.float()) > 0, 0.0)
         sparql = get_formalism("cfq_sparql")
         programs = []
         for b in range(edges.shape[0]):

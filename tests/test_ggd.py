@@ -90,6 +90,28 @@ def test_untrained_model_always_decodes_a_readable_query():
         assert len(SPARQL.parse(program).conjuncts) == 1
 
 
+def test_decoding_leaves_out_the_types_a_chosen_triple_implies():
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    implied = {(relation, featurizer.attributes[a]) for relation, r in featurizer.relations.items()
+               for a in featurizer.implied_types[r].nonzero().flatten().tolist()}
+    # director.film is film.director's own property and never beside that type in training; the producer relation
+    # has two domains (film.producer, film.production_company), so it implies neither
+    assert implied == {("film.director.film", ("a", "film.director")),
+                       ("people.person.spouse_s/ns:people.marriage.spouse", ("a", "people.person"))}
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=8)
+    out = model(featurizer.collate([featurizer.encode(EXAMPLES[0])]))
+    x0, m0 = featurizer.node_names().index("?x0"), featurizer.node_names().index("M0")
+    out["edges"] = torch.full_like(out["edges"], -10.0)
+    out["edges"][0, x0, m0, featurizer.relations["film.director.film"]] = 10.0
+    out["attributes"] = torch.full_like(out["attributes"], -10.0)
+    out["attributes"][0, x0] = 10.0  # every attribute of ?x0 passes the threshold ...
+    out["attribute_candidates"][0, x0] = True  # ... and may be decoded, film.director too
+    out["count"] = torch.tensor([-10.0])
+    [program] = model.decode(out, threshold=0.5)
+    assert program == ("SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film M0 . ?x0 a people.person . "
+                       "?x0 people.person.gender m_05zppz }")
+
+
 def test_decision_threshold_is_chosen_on_dev(monkeypatch):
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
