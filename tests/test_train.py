@@ -81,6 +81,22 @@ def test_interrupted_run_leaves_no_row_and_resumes(tmp_path):
     assert row["resumed"] is False and row["global_steps"] == 6
 
 
+def test_test_only_retests_the_best_checkpoint_without_training(tmp_path):
+    trained = run(smoke(tmp_path, "checkpoint_every_n_steps=3"), tmp_path / "run")
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == trained["global_steps"] == 4  # the end state, not step 3's
+    best = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    saved = best.stat().st_mtime_ns
+    retested = run(smoke(tmp_path, "test_only=true"), tmp_path / "run")
+    assert retested["test_exact_match"] == trained["test_exact_match"]
+    assert retested["test_only_checkpoint"] == str(best) and best.stat().st_mtime_ns == saved  # nothing trained
+    assert retested["train_seconds"] == retested["epochs"] == ""
+    assert retested["best_val"] == trained["best_val"]  # restored with the checkpoint
+    assert len(read_rows(tmp_path / "runs.csv")) == 2
+    with pytest.raises(RunConfigError, match="test_only=true: no checkpoint"):
+        run(smoke(tmp_path, "test_only=true"), tmp_path / "empty")
+
+
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(RunConfigError, match="no checkpoint"):
         run(smoke(tmp_path, "ckpt_path=last"), tmp_path / "empty")

@@ -3,7 +3,8 @@
 Resolve names (fail before any work) -> read data -> fit the featurizer and build the model -> train with
 best/last checkpoints -> test the best checkpoint -> write ``predictions.jsonl`` and one row of
 ``results/runs.csv``. A row is written only when the run finishes, so an interrupted run leaves none; it
-resumes from ``checkpoints/last.ckpt`` with ``ckpt_path=last``.
+resumes from ``checkpoints/last.ckpt`` with ``ckpt_path=last``. ``test_only=true`` skips training and tests
+``checkpoints/best.ckpt`` (or ``ckpt_path``) with the current code, e.g. after a change to decoding.
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     commit = _git_commit()  # the code that trains, read before a long run gives time for new commits
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
-    resume_from = _resume_path(cfg, checkpoint_dir)
+    resume_from = None if cfg.test_only else _resume_path(cfg, checkpoint_dir)
+    tested = _test_only_path(cfg, checkpoint_dir) if cfg.test_only else None
     L.seed_everything(cfg.seed, workers=True)
 
     from datamodules import ParsingDataModule
@@ -78,7 +80,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         for target, key in ((params, "smoke_params"), (featurizer, "smoke_featurizer")):
             if cfg.model.get(key):
                 target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
-    featurizer_state = torch.load(resume_from, weights_only=False)["featurizer"] if resume_from else None
+    restored = resume_from or tested
+    featurizer_state = torch.load(restored, weights_only=False)["featurizer"] if restored else None
     model = model_cls.build(datamodule.train, spec.formalism, featurizer=featurizer,
                             featurizer_state=featurizer_state, **params)
     datamodule.attach(model.featurizer)
@@ -94,13 +97,18 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, *extra_callbacks],
                                      logger=logger, default_root_dir=str(run_dir))
 
-    started = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
-    train_seconds = time.perf_counter() - started
-    if trainer.interrupted:
-        raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
-
-    best_path = best.best_model_path or None  # None when validation never ran: test the final weights
+    train_seconds = None
+    if tested is None:
+        started = time.perf_counter()
+        trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
+        train_seconds = time.perf_counter() - started
+        if trainer.interrupted:
+            raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
+        # last.ckpt is saved every checkpoint_every_n_steps, so it may miss the final steps: save the end state,
+        # or ckpt_path=last would train them again
+        trainer.save_checkpoint(checkpoint_dir / "last.ckpt")
+    # None when validation never ran: test the final weights
+    best_path = tested or best.best_model_path or None
     test_metrics = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, verbose=False)[0]
 
     row: dict[str, Any] = {}
@@ -120,15 +128,17 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             "params": sum(p.numel() for p in model.parameters()),
             "n_train": len(datamodule.train),
             "n_test": len(datamodule.test),
-            "train_seconds": round(train_seconds, 1),
-            "epochs": trainer.current_epoch,
-            "global_steps": trainer.global_step,
-            "train_examples_per_s": round(throughput.examples / max(throughput.seconds, 1e-9), 1),
+            # a test-only run trained nothing: its training columns stay empty
+            "train_seconds": "" if tested else round(train_seconds, 1),
+            "epochs": "" if tested else trainer.current_epoch,
+            "global_steps": "" if tested else trainer.global_step,
+            "train_examples_per_s": "" if tested else round(throughput.examples / max(throughput.seconds, 1e-9), 1),
             "test_examples_per_s": round(len(datamodule.test) / max(throughput.test_seconds, 1e-9), 1),
             "hardware": hardware_string(trainer),
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
             "run_dir": str(run_dir),
+            "test_only_checkpoint": tested or "",
         }
         results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
         append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
@@ -150,6 +160,14 @@ def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
     path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path)
     if not path.is_file():
         raise RunConfigError(f"ckpt_path={cfg.ckpt_path}: no checkpoint at {path}")
+    return str(path)
+
+
+def _test_only_path(cfg: DictConfig, checkpoint_dir: Path) -> str:
+    named = {None: "best.ckpt", "last": "last.ckpt"}
+    path = checkpoint_dir / named[cfg.ckpt_path] if cfg.ckpt_path in named else Path(cfg.ckpt_path)
+    if not path.is_file():
+        raise RunConfigError(f"test_only=true: no checkpoint at {path} (train first, or pass ckpt_path=<file>)")
     return str(path)
 
 
