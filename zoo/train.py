@@ -176,7 +176,9 @@ def _git_commit() -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 
     commit = git("rev-parse", "--short=10", "HEAD") or "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    # results/ changes whenever a run finishes: another run's new row does not make this code dirty
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    return commit + ("-dirty" if changed else "")
 
 
 def hardware_string(trainer: L.Trainer) -> str:
