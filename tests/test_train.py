@@ -73,8 +73,13 @@ def test_interrupted_run_leaves_no_row_and_resumes(tmp_path):
     with pytest.raises(RunConfigError, match="ckpt_path=last"):
         run(smoke(tmp_path, *overrides), run_dir)  # a fresh start would clobber the checkpoints
 
+    crashed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]["Throughput"]
     row = run(smoke(tmp_path, *overrides, "ckpt_path=last"), run_dir)
     assert row["resumed"] is True and row["global_steps"] == 6
+    # the counts carry over the resume: the row covers all 6 steps, not the 4 after it
+    resumed = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]["Throughput"]
+    assert resumed["examples"] == 3 * crashed["examples"] > 0
+    assert row["train_seconds"] >= round(crashed["fit_seconds"], 1)
     assert len(read_rows(tmp_path / "runs.csv")) == 1
 
     row = run(smoke(tmp_path, *overrides, "overwrite=true"), run_dir)  # starts again from step 0

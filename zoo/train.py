@@ -36,11 +36,25 @@ class RunConfigError(ValueError):
 
 class Throughput(Callback):
     """Counts training examples and the seconds spent in training batches only (no validation), and times the test
-    loop alone (not what a model prepares in ``on_test_start``, such as GGD choosing its threshold on dev)."""
+    loop alone (not what a model prepares in ``on_test_start``, such as GGD choosing its threshold on dev). The
+    counts and the wall time of training go into checkpoints, so a resumed run reports its whole training."""
 
     def __init__(self):
         self.examples, self.seconds, self._start = 0, 0.0, 0.0
         self.test_seconds, self._test_start = 0.0, 0.0
+        self.earlier_fit_seconds, self._fit_start = 0.0, time.perf_counter()  # earlier: before a resume
+
+    def fit_seconds(self) -> float:
+        return self.earlier_fit_seconds + time.perf_counter() - self._fit_start
+
+    def on_fit_start(self, trainer, module):
+        self._fit_start = time.perf_counter()
+
+    def state_dict(self) -> dict[str, float]:
+        return {"examples": self.examples, "seconds": self.seconds, "fit_seconds": self.fit_seconds()}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.examples, self.seconds, self.earlier_fit_seconds = state["examples"], state["seconds"], state["fit_seconds"]
 
     def on_test_epoch_start(self, trainer, module):
         self._test_start = time.perf_counter()
@@ -99,9 +113,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     train_seconds = None
     if tested is None:
-        started = time.perf_counter()
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
-        train_seconds = time.perf_counter() - started
+        train_seconds = throughput.fit_seconds()  # a resumed run's included
         if trainer.interrupted:
             raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
         # last.ckpt is saved every checkpoint_every_n_steps, so it may miss the final steps: save the end state,
