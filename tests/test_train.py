@@ -94,7 +94,7 @@ def test_test_only_retests_the_best_checkpoint_without_training(tmp_path):
     saved = best.stat().st_mtime_ns
     retested = run(smoke(tmp_path, "test_only=true"), tmp_path / "run")
     assert retested["test_exact_match"] == trained["test_exact_match"]
-    assert retested["test_only_checkpoint"] == str(best) and best.stat().st_mtime_ns == saved  # nothing trained
+    assert retested["retested_checkpoint"] == str(best) and best.stat().st_mtime_ns == saved  # nothing trained
     assert retested["train_seconds"] == retested["epochs"] == ""
     assert retested["best_val"] == trained["best_val"]  # restored with the checkpoint
     assert len(read_rows(tmp_path / "runs.csv")) == 2

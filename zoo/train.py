@@ -151,7 +151,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
             "run_dir": str(run_dir),
-            "test_only_checkpoint": tested or "",
+            "retested_checkpoint": tested or "",
         }
         results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
         append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
