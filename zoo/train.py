@@ -54,7 +54,8 @@ class Throughput(Callback):
         return {"examples": self.examples, "seconds": self.seconds, "fit_seconds": self.fit_seconds()}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        self.examples, self.seconds, self.earlier_fit_seconds = state["examples"], state["seconds"], state["fit_seconds"]
+        self.examples, self.seconds = state["examples"], state["seconds"]
+        self.earlier_fit_seconds = state["fit_seconds"]
 
     def on_test_epoch_start(self, trainer, module):
         self._test_start = time.perf_counter()
