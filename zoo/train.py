@@ -80,7 +80,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
     resume_from = None if cfg.test_only else _resume_path(cfg, checkpoint_dir)
-    tested = _test_only_path(cfg, checkpoint_dir) if cfg.test_only else None
+    tested = _existing_checkpoint(cfg.ckpt_path or "best", checkpoint_dir, "test_only=true") if cfg.test_only else None
     L.seed_everything(cfg.seed, workers=True)
 
     from datamodules import ParsingDataModule
@@ -171,17 +171,14 @@ def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
         for path in earlier:  # overwrite=true: a stale best.ckpt must not be tested in place of this run's
             path.unlink()
         return None
-    path = checkpoint_dir / "last.ckpt" if cfg.ckpt_path == "last" else Path(cfg.ckpt_path)
-    if not path.is_file():
-        raise RunConfigError(f"ckpt_path={cfg.ckpt_path}: no checkpoint at {path}")
-    return str(path)
+    return _existing_checkpoint(cfg.ckpt_path, checkpoint_dir, f"ckpt_path={cfg.ckpt_path}")
 
 
-def _test_only_path(cfg: DictConfig, checkpoint_dir: Path) -> str:
-    named = {None: "best.ckpt", "last": "last.ckpt"}
-    path = checkpoint_dir / named[cfg.ckpt_path] if cfg.ckpt_path in named else Path(cfg.ckpt_path)
+def _existing_checkpoint(name: str, checkpoint_dir: Path, option: str) -> str:
+    """``last`` and ``best`` are this run directory's checkpoints; any other name is a file."""
+    path = checkpoint_dir / f"{name}.ckpt" if name in ("last", "best") else Path(name)
     if not path.is_file():
-        raise RunConfigError(f"test_only=true: no checkpoint at {path} (train first, or pass ckpt_path=<file>)")
+        raise RunConfigError(f"{option}: no checkpoint at {path}")
     return str(path)
 
 
