@@ -455,9 +455,11 @@ class GroundedGraphDecoder(Parser):
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
                  num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
-                 gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
+                 edge_attention: str = "softmax", gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
                  weight_decay: float = 0.0, warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
+        if edge_attention not in ("softmax", "sigmoid"):
+            raise ValueError(f"model.params.edge_attention must be 'softmax' or 'sigmoid', got {edge_attention!r}")
         self.save_hyperparameters(ignore=["featurizer"])
         n_relations, n_attributes = len(featurizer.relations), len(featurizer.attributes)
         self.word_embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
@@ -524,7 +526,11 @@ class GroundedGraphDecoder(Parser):
         from_subject = from_subject.masked_fill(~question_mask[:, None, :], float("-inf"))
         from_object = torch.einsum("boa,bta->bot", self.query_object(nodes), keys)
         from_attribute = torch.einsum("ca,bta->bct", self.query_attribute.weight, keys)
-        edge_attention = (from_subject[:, :, None, :] + from_object[:, None, :, :]).softmax(dim=-1)  # [B,S,O,T]
+        edge_scores = from_subject[:, :, None, :] + from_object[:, None, :, :]  # [B, S, O, T]
+        if self.hparams.edge_attention == "sigmoid":  # each group weighed on its own; padding: sigmoid(-inf) = 0
+            edge_attention = torch.sigmoid(edge_scores)
+        else:
+            edge_attention = edge_scores.softmax(dim=-1)
         attribute_attention = (from_subject[:, :, None, :] + from_attribute[:, None, :, :]).softmax(dim=-1)
         edges = torch.einsum("bsot,btr->bsor", edge_attention, self.grounded_score(groups))
         attributes = torch.einsum("bsct,btc->bsc", attribute_attention, self.grounded_attribute_score(groups))
