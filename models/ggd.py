@@ -25,10 +25,10 @@ The model
    groups and NIL with ``q_so = Q [h_s, h_o]`` and ``nu_k`` the group's embedding; an attribute a of node s is
    scored the same way with a learned embedding of a in place of ``Q_o h_o``. Without grounding (the
    "syntax-aware" and "graph decoding only" ablations of Table 3) the score is ``sigmoid(w_r^T [h_s, h_o])``.
-   With ``edge_attention="sigmoid"`` (beyond the paper) an edge's weights are ``sigmoid(a_so^k / sqrt(d))``, each
-   group on its own: the softmax makes the relations of one pair share one distribution, so in "founded and was
-   employed by M0" (two groups: the auxiliary keeps them from being one ``A and B``) each relation is grounded
-   in a part of its word only, where the group sum of §3.2 would give each its whole word;
+   With ``attention_heads > 1`` (beyond the paper) each head has its own ``Q``, ``K`` and ``w_r^z`` and the
+   grounded terms add up: with one softmax, the relations of one pair share one distribution, so in "founded and
+   was employed by M0" (two groups: the auxiliary keeps them from being one ``A and B``) each relation is
+   grounded in a part of its word only, where the group sum of §3.2 gives each its whole word;
 5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
    (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above a
    threshold: 0.5, or with ``tune_threshold`` the one with the best dev exact match (``on_test_start``).
@@ -459,11 +459,11 @@ class GroundedGraphDecoder(Parser):
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
                  num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
-                 edge_attention: str = "softmax", gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
+                 attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
                  weight_decay: float = 0.0, warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
-        if edge_attention not in ("softmax", "sigmoid"):
-            raise ValueError(f"model.params.edge_attention must be 'softmax' or 'sigmoid', got {edge_attention!r}")
+        if attention_heads < 1:
+            raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
         self.save_hyperparameters(ignore=["featurizer"])
         n_relations, n_attributes = len(featurizer.relations), len(featurizer.attributes)
         self.word_embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
@@ -482,13 +482,14 @@ class GroundedGraphDecoder(Parser):
         self.subject_score = nn.Linear(d, n_relations)
         self.object_score = nn.Linear(d, n_relations, bias=False)
         self.attribute_score = nn.Linear(d, n_attributes)  # w_a^T [h_s, z]
-        if grounding:
-            self.query_subject = nn.Linear(d, attention_dim)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
-            self.query_object = nn.Linear(d, attention_dim, bias=False)
-            self.query_attribute = nn.Embedding(n_attributes, attention_dim)  # an attribute's stand-in for Q_o h_o
-            self.key = nn.Linear(d, attention_dim, bias=False)
-            self.grounded_score = nn.Linear(embedding_dim, n_relations, bias=False)
-            self.grounded_attribute_score = nn.Linear(embedding_dim, n_attributes, bias=False)
+        if grounding:  # every head has its own Q, K and w_r^z; one head is the paper's
+            heads = attention_heads * attention_dim
+            self.query_subject = nn.Linear(d, heads)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
+            self.query_object = nn.Linear(d, heads, bias=False)
+            self.query_attribute = nn.Embedding(n_attributes, heads)  # an attribute's stand-in for Q_o h_o
+            self.key = nn.Linear(d, heads, bias=False)
+            self.grounded_score = nn.Linear(embedding_dim, attention_heads * n_relations, bias=False)
+            self.grounded_attribute_score = nn.Linear(embedding_dim, attention_heads * n_attributes, bias=False)
         self.count_score = nn.Linear(d, 1)  # query type: SELECT count ( * ) vs SELECT DISTINCT ?x0
         self.register_buffer("allowed", featurizer.allowed.clone(), persistent=False)
         self.register_buffer("allowed_attributes", featurizer.allowed_attributes.clone(), persistent=False)
@@ -525,19 +526,20 @@ class GroundedGraphDecoder(Parser):
         sum of its words' embeddings."""
         length = int(question_mask.sum(1).max())  # the question comes first in the sequence
         question_mask, states, groups = question_mask[:, :length], states[:, :length], groups[:, :length]
-        keys = self.key(states) / math.sqrt(self.hparams.attention_dim)  # [B, T, a]; temperature sqrt(d)
-        from_subject = torch.einsum("bsa,bta->bst", self.query_subject(nodes), keys)
-        from_subject = from_subject.masked_fill(~question_mask[:, None, :], float("-inf"))
-        from_object = torch.einsum("boa,bta->bot", self.query_object(nodes), keys)
-        from_attribute = torch.einsum("ca,bta->bct", self.query_attribute.weight, keys)
-        edge_scores = from_subject[:, :, None, :] + from_object[:, None, :, :]  # [B, S, O, T]
-        if self.hparams.edge_attention == "sigmoid":  # each group weighed on its own; padding: sigmoid(-inf) = 0
-            edge_attention = torch.sigmoid(edge_scores)
-        else:
-            edge_attention = edge_scores.softmax(dim=-1)
-        attribute_attention = (from_subject[:, :, None, :] + from_attribute[:, None, :, :]).softmax(dim=-1)
-        edges = torch.einsum("bsot,btr->bsor", edge_attention, self.grounded_score(groups))
-        attributes = torch.einsum("bsct,btc->bsc", attribute_attention, self.grounded_attribute_score(groups))
+
+        def by_head(x: torch.Tensor) -> torch.Tensor:  # [..., heads * n] -> [..., heads, n]
+            return x.unflatten(-1, (self.hparams.attention_heads, -1))
+
+        keys = by_head(self.key(states)) / math.sqrt(self.hparams.attention_dim)  # [B,T,H,a]; temperature sqrt(d)
+        from_subject = torch.einsum("bsha,btha->bsht", by_head(self.query_subject(nodes)), keys)
+        from_subject = from_subject.masked_fill(~question_mask[:, None, None, :], float("-inf"))
+        from_object = torch.einsum("boha,btha->boht", by_head(self.query_object(nodes)), keys)
+        from_attribute = torch.einsum("cha,btha->bcht", by_head(self.query_attribute.weight), keys)
+        edge_attention = (from_subject[:, :, None] + from_object[:, None]).softmax(dim=-1)  # [B, S, O, H, T]
+        attribute_attention = (from_subject[:, :, None] + from_attribute[:, None]).softmax(dim=-1)  # [B,S,A,H,T]
+        edges = torch.einsum("bsoht,bthr->bsor", edge_attention, by_head(self.grounded_score(groups)))
+        attributes = torch.einsum("bscht,bthc->bsc", attribute_attention,
+                                  by_head(self.grounded_attribute_score(groups)))
         return edges, attributes
 
     def _refine_with_dependencies(self, states: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:

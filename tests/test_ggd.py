@@ -112,26 +112,28 @@ def test_decoding_leaves_out_the_types_a_chosen_triple_implies():
                        "?x0 people.person.gender m_05zppz }")
 
 
-@pytest.mark.parametrize("edge_attention", ["softmax", "sigmoid"])
-def test_grounded_edge_score_matches_the_attention_written_out(edge_attention):
+@pytest.mark.parametrize("heads", [1, 2])
+def test_grounded_edge_score_matches_the_attention_written_out(heads):
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     torch.manual_seed(0)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
-                                 edge_attention=edge_attention)
+                                 attention_heads=heads)
     batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
     groups = model.word_embedding(batch["words"]).sum(dim=2)
     states = model.encoder(groups, batch["lengths"])
     nodes = torch.bmm(batch["incidence"], states)
     edges, _ = model._grounding(nodes, states, groups, batch["question_mask"])
-    b, s, o, r = 0, 0, 1, 2  # one (question, subject, object, relation), by hand
-    length = int(batch["question_mask"][b].sum())
-    query = model.query_subject(nodes[b, s]) + model.query_object(nodes[b, o])
-    scores = model.key(states[b, :length]) @ query / 2.0  # temperature sqrt(attention_dim)
-    weights = scores.softmax(0) if edge_attention == "softmax" else torch.sigmoid(scores)
-    expected = (weights * (groups[b, :length] @ model.grounded_score.weight[r])).sum()
+    b, s, o, r = 0, 0, 1, 2  # one (question, subject, object, relation), by hand: a sum over heads
+    length, n_relations = int(batch["question_mask"][b].sum()), len(featurizer.relations)
+    expected = 0.0
+    for h in range(heads):
+        q, k = slice(4 * h, 4 * h + 4), model.key.weight[4 * h: 4 * h + 4]
+        query = model.query_subject(nodes[b, s])[q] + model.query_object(nodes[b, o])[q]
+        weights = ((states[b, :length] @ k.T) @ query / 2.0).softmax(0)  # temperature sqrt(attention_dim)
+        expected = expected + (weights * (groups[b, :length] @ model.grounded_score.weight[h * n_relations + r])).sum()
     assert torch.allclose(edges[b, s, o, r], expected, atol=1e-5)
-    with pytest.raises(ValueError, match="edge_attention"):
-        GroundedGraphDecoder(featurizer, "cfq_sparql", edge_attention="relu")
+    with pytest.raises(ValueError, match="attention_heads"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", attention_heads=0)
 
 
 def test_decision_threshold_is_chosen_on_dev(monkeypatch):
