@@ -498,7 +498,10 @@ class GroundedGraphDecoder(Parser):
 
     @property
     def backbone(self) -> str:
-        return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}"
+        """The encoder's size, and the grounding heads where there are several (so results tables keep them
+        apart from the paper's one-head model)."""
+        heads = self.hparams.attention_heads if self.hparams.grounding else 1
+        return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}" + (f"-{heads}heads" if heads > 1 else "")
 
     # ----- network ---------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
