@@ -25,10 +25,11 @@ The model
    groups and NIL with ``q_so = Q [h_s, h_o]`` and ``nu_k`` the group's embedding; an attribute a of node s is
    scored the same way with a learned embedding of a in place of ``Q_o h_o``. Without grounding (the
    "syntax-aware" and "graph decoding only" ablations of Table 3) the score is ``sigmoid(w_r^T [h_s, h_o])``.
-   With ``attention_heads > 1`` (beyond the paper; 2 in ``configs/model/ggd.yaml``) each head has its own ``Q``, ``K`` and ``w_r^z`` and the
-   grounded terms add up: with one softmax, the relations of one pair share one distribution, so in "founded and
-   was employed by M0" (two groups: the auxiliary keeps them from being one ``A and B``) each relation is
-   grounded in a part of its word only, where the group sum of §3.2 gives each its whole word;
+   With ``attention_heads > 1`` (beyond the paper; 2 in ``configs/model/ggd.yaml``) each head has its own
+   ``Q``, ``K`` and ``w_r^z`` and the grounded terms add up: with one softmax, the relations of one pair share
+   one distribution, so in "founded and was employed by M0" (two groups: the auxiliary keeps them from being one
+   ``A and B``) each relation is grounded in a part of its word only, where the group sum of §3.2 gives each its
+   whole word;
 5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
    (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above a
    threshold: 0.5, or with ``tune_threshold`` the one with the best dev exact match (``on_test_start``).
