@@ -25,11 +25,10 @@ The model
    groups and NIL with ``q_so = Q [h_s, h_o]`` and ``nu_k`` the group's embedding; an attribute a of node s is
    scored the same way with a learned embedding of a in place of ``Q_o h_o``. Without grounding (the
    "syntax-aware" and "graph decoding only" ablations of Table 3) the score is ``sigmoid(w_r^T [h_s, h_o])``.
-   With ``attention_heads > 1`` (beyond the paper; 2 in ``configs/model/ggd.yaml``) each head has its own
-   ``Q``, ``K`` and ``w_r^z`` and the grounded terms add up: with one softmax, the relations of one pair share
-   one distribution, so in "founded and was employed by M0" (two groups: the auxiliary keeps them from being one
-   ``A and B``) each relation is grounded in a part of its word only, where the group sum of §3.2 gives each its
-   whole word;
+   With ``attention_heads > 1`` (beyond the paper, and no better on MCD1) each head has its own ``Q``, ``K`` and
+   ``w_r^z`` and the grounded terms add up: with one softmax, the relations of one pair share one distribution,
+   so in "founded and was employed by M0" (two groups: the auxiliary keeps them from being one ``A and B``) each
+   relation is grounded in a part of its word only, where the group sum of §3.2 gives each its whole word;
 5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
    (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above a
    threshold: 0.5, or with ``tune_threshold`` the one with the best dev exact match (``on_test_start``).
@@ -460,8 +459,8 @@ class GroundedGraphDecoder(Parser):
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
                  num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
-                 attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True, lr: float = 5e-3,
-                 weight_decay: float = 0.0, warmup_epochs: float = 0.0):
+                 attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True,
+                 lr: float = 5e-3, weight_decay: float = 0.0, warmup_epochs: float = 0.0):
         super().__init__(featurizer, formalism)
         if attention_heads < 1:
             raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
