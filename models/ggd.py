@@ -483,11 +483,11 @@ class GroundedGraphDecoder(Parser):
         self.object_score = nn.Linear(d, n_relations, bias=False)
         self.attribute_score = nn.Linear(d, n_attributes)  # w_a^T [h_s, z]
         if grounding:  # every head has its own Q, K and w_r^z; one head is the paper's
-            heads = attention_heads * attention_dim
-            self.query_subject = nn.Linear(d, heads)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
-            self.query_object = nn.Linear(d, heads, bias=False)
-            self.query_attribute = nn.Embedding(n_attributes, heads)  # an attribute's stand-in for Q_o h_o
-            self.key = nn.Linear(d, heads, bias=False)
+            all_heads = attention_heads * attention_dim
+            self.query_subject = nn.Linear(d, all_heads)  # Q [h_s, h_o] = Q_s h_s + Q_o h_o
+            self.query_object = nn.Linear(d, all_heads, bias=False)
+            self.query_attribute = nn.Embedding(n_attributes, all_heads)  # an attribute's stand-in for Q_o h_o
+            self.key = nn.Linear(d, all_heads, bias=False)
             self.grounded_score = nn.Linear(embedding_dim, attention_heads * n_relations, bias=False)
             self.grounded_attribute_score = nn.Linear(embedding_dim, attention_heads * n_attributes, bias=False)
         self.count_score = nn.Linear(d, 1)  # query type: SELECT count ( * ) vs SELECT DISTINCT ?x0
