@@ -469,9 +469,10 @@ class GroundedGraphDecoder(Parser):
         self.word_embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
         self.tag_embedding = (nn.Embedding(len(featurizer.tags), embedding_dim, padding_idx=0)
                               if featurizer.encoder_input == "tags" else None)
+        # dropout acts between LSTM layers only, as nn.LSTM's does and as the reference implementation used it
         self.encoder = BiLSTM(embedding_dim, hidden_size, num_layers, dropout)
         d = 2 * hidden_size
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # and on the residual of each dependency-GNN layer
         self.gnn = nn.ModuleList()
         if gnn_layers:
             from torch_geometric.nn import RGCNConv
@@ -508,7 +509,7 @@ class GroundedGraphDecoder(Parser):
         """Edge logits [B, N, N, R], attribute logits [B, N, A], their candidate masks, query-type logits [B]."""
         groups = self.word_embedding(batch["words"]).sum(dim=2)  # a group's embedding is its words' sum (§3.2)
         inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
-        states = self.dropout(self.encoder(self.dropout(inputs), batch["lengths"]))
+        states = self.encoder(inputs, batch["lengths"])
         if len(self.gnn):
             states = self._refine_with_dependencies(states, batch)
         nodes = torch.bmm(batch["incidence"], states)  # [B, N, d]: sums of mention embeddings
