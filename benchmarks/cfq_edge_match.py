@@ -1,0 +1,109 @@
+"""Rescore CFQ predictions the way the GGD reference implementation counted a question right, beside our exact match.
+
+Our exact match (``zoo.metrics``) compares whole queries: query type, every relation, every type, gender and
+nationality constant, every FILTER. The reference implementation of Gai et al. (github.com/gaiyu0/cfq) scored
+something narrower. Its ``AttentionModel`` (``cfq/model.py``) predicts, and its ``emr`` counts, only the relation
+tensor over the *gold* query's entities and variables. The relation vocabulary of its preprocessing notebooks
+(``nb/preproc-templ.ipynb``, ``nb/preproc-np-v3.ipynb``) leaves out ``a`` (types), ``!=`` (FILTER) and gender and
+nationality constants. The variables appended to the question are the gold query's. So the paper's 97.9 on MCD1
+measures the edges between entities and variables, and nothing else.
+
+This script reports that view of our predictions: a question counts as right when its set of
+(subject, relation, object) triples whose subject and object are both anonymised entities (``M0``) or variables
+(``?x0``) equals the gold's. It is a comparison aid, not a replacement. Our headline stays the full-query exact match.
+An unparsable prediction counts as wrong.
+
+    python benchmarks/cfq_edge_match.py                  # every CFQ run of results/runs.csv with its predictions
+    python benchmarks/cfq_edge_match.py --model ggd --data cfq_mcd1
+
+It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.atomic_path``), one row per run. A run whose
+predictions file no longer matches its row's exact match (the directory was reused) is skipped with a warning.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
+from zoo.results import atomic_path, read_rows  # noqa: E402
+
+NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
+TOLERANCE = 1e-4  # a predictions file must reproduce its row's exact match to this precision
+
+
+def edges(program: str) -> frozenset[tuple[str, str, str]] | None:
+    """The triples between entities and variables of a CFQ query; None when it does not parse."""
+    try:
+        query = get_formalism("cfq_sparql").parse(program)
+    except FormalismError:
+        return None
+    return frozenset((t.subject, t.relation, t.object) for t in query.triples
+                     if NODE.fullmatch(t.subject) and NODE.fullmatch(t.object))
+
+
+def rescore(predictions: Path) -> dict[str, float | int]:
+    """Exact match and edge exact match (fractions) over one ``predictions.jsonl``."""
+    n = exact = edge = 0
+    with predictions.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            try:
+                record = json.loads(line)
+                gold, prediction, correct = record["gold"], record["prediction"], record["correct"]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise ValueError(f"{predictions}:{line_number}: expected a JSON object with gold, prediction and "
+                                 f"correct ({e})") from None
+            n += 1
+            exact += bool(correct)
+            predicted = edges(prediction)
+            edge += predicted is not None and predicted == edges(gold)
+    if n == 0:
+        raise ValueError(f"{predictions}: no predictions")
+    return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default=str(ROOT / "results" / "runs.csv"), help="results file to read runs from")
+    parser.add_argument("--out", default=str(ROOT / "results" / "cfq_edge_match.csv"))
+    parser.add_argument("--model", help="only rows of this model")
+    parser.add_argument("--data", help="only rows of this dataset")
+    args = parser.parse_args(argv)
+    rows = [r for r in read_rows(args.runs) if r["data"].startswith("cfq_")
+            and (args.model is None or r["model"] == args.model) and (args.data is None or r["data"] == args.data)]
+    if not rows:
+        print(f"no CFQ rows in {args.runs} for model={args.model} data={args.data}", file=sys.stderr)
+        return 1
+    table = []
+    for row in rows:
+        predictions = Path(row["run_dir"]) / "predictions.jsonl"
+        if not predictions.exists():
+            print(f"skip {row['run_dir']}: no predictions.jsonl", file=sys.stderr)
+            continue
+        scores = rescore(predictions)
+        if abs(scores["test_exact_match"] - float(row["test_exact_match"])) > TOLERANCE:
+            print(f"skip {row['run_dir']}: its predictions give exact match {scores['test_exact_match']:.4f}, "
+                  f"its row {float(row['test_exact_match']):.4f} (the directory was reused)", file=sys.stderr)
+            continue
+        out = {key: row[key] for key in ("model", "variant", "backbone", "data", "seed", "git_commit", "run_dir")}
+        out.update({key: round(value, 6) if isinstance(value, float) else value for key, value in scores.items()})
+        table.append(out)
+        print(f"{row['model']:>6} {row['variant']:>13} {row['data']:>17} seed {row['seed']}: exact match "
+              f"{100 * scores['test_exact_match']:.2f}, edge exact match {100 * scores['test_edge_exact_match']:.2f}")
+    if table:
+        with atomic_path(args.out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
+        print(f"wrote {len(table)} rows to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""benchmarks/cfq_edge_match.py: the reference implementation's view of a CFQ prediction (edges between entities
+and variables only), checked on hand-written queries and a synthetic run."""
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("cfq_edge_match", ROOT / "benchmarks" / "cfq_edge_match.py")
+cfq_edge_match = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cfq_edge_match)
+
+GOLD = ("SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 people.person.gender m_05zppz . "
+        "?x0 film.director.film M1 . FILTER ( ?x0 != M2 ) . ?x0 people.person.spouse_s/ns:people.marriage.spouse M2 }")
+
+
+def test_edges_keep_only_triples_between_entities_and_variables():
+    assert cfq_edge_match.edges(GOLD) == {("?x0", "film.director.film", "M1"),
+                                          ("?x0", "people.person.spouse_s/ns:people.marriage.spouse", "M2")}
+    assert cfq_edge_match.edges("SELECT DISTINCT ?x0 WHERE { ?x0 a") is None
+
+
+def write_predictions(path, pairs):
+    with open(path, "w") as f:
+        for gold, prediction in pairs:
+            f.write(json.dumps({"utterance": "q", "gold": gold, "prediction": prediction,
+                                "correct": prediction == gold}) + "\n")
+
+
+def test_rescore_counts_by_hand(tmp_path):
+    # 1: exact; 2: type, gender, FILTER and query type wrong but the edges right; 3: an edge missing; 4: unparsable
+    wrong_but_same_edges = ("SELECT count ( * ) WHERE { ?x0 film.director.film M1 . "
+                            "?x0 people.person.spouse_s/ns:people.marriage.spouse M2 }")
+    missing_edge = "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.director.film M1 }"
+    predictions = tmp_path / "predictions.jsonl"
+    write_predictions(predictions, [(GOLD, GOLD), (GOLD, wrong_but_same_edges), (GOLD, missing_edge),
+                                    (GOLD, "<unprintable>")])
+    assert cfq_edge_match.rescore(predictions) == {"n_test": 4, "test_exact_match": 0.25,
+                                                   "test_edge_exact_match": 0.5}
+
+
+def test_rescore_names_the_bad_line(tmp_path):
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(json.dumps({"gold": GOLD, "prediction": GOLD, "correct": True}) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"predictions.jsonl:2"):
+        cfq_edge_match.rescore(predictions)
+
+
+def test_main_writes_one_row_per_run_and_skips_reused_directories(tmp_path, capsys):
+    good, reused = tmp_path / "good", tmp_path / "reused"
+    for run_dir in (good, reused):
+        run_dir.mkdir()
+        write_predictions(run_dir / "predictions.jsonl", [(GOLD, GOLD), (GOLD, "<unprintable>")])
+    runs = tmp_path / "runs.csv"
+    header = ["model", "variant", "backbone", "data", "seed", "git_commit", "run_dir", "test_exact_match"]
+    with open(runs, "w", newline="") as f:
+        csv.writer(f).writerows([header, ["ggd", "ggd", "b", "cfq_mcd1", "1", "abc", str(good), "0.5"],
+                                 ["ggd", "ggd", "b", "cfq_mcd1", "2", "abc", str(reused), "0.9"],
+                                 ["seq2seq", "none", "b", "scan_length", "1", "abc", str(good), "0.5"]])
+    out = tmp_path / "edges.csv"
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["seed"], r["test_edge_exact_match"]) for r in rows] == [("1", "0.5")]
+    assert "reused" in capsys.readouterr().err
