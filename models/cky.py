@@ -1,0 +1,221 @@
+"""K-best CKY over span scores, for the span-based semantic parser (Herzig & Berant 2021, §3.2 and §3.4).
+
+A span tree labels spans of the utterance (half-open ``(i, j)``) with a category: a domain constant of Σ, ``join``
+(a node whose meaning composes its children's) or φ (no meaning). Its score is the sum of the shifted span scores
+``s'(x_ij, c) = s(x_ij, c) - s(x_ij, φ)`` of its nodes (§3.2), so φ spans, and spans that are no node at all, add 0.
+
+Grammar (Figure 2, with the φ attachment of the authors' implementation), over non-terminals T (a constant), J
+(``join`` in the paper: any node with a meaning) and S (the root):
+
+  J(i,j) := T(i,j)                              a constant over the span; several words may name one constant
+          | T(i,s) φ(s,j)                       φ words combine with the constant on their left (§3.2 (b))
+          | J(i,s) J(s,j)                       composition: function application, decided by types
+          | J(i,s1) J(s1,s2) J(s2,j)           the non-projective rule join := join join join (§3.4, ``ternary``)
+  S(0,n) := J(0,n) | φ(0,s) J(s,n)              at the root φ words combine with what is on their right (§3.2 (c))
+
+Every node built from children is a ``join`` node and scores ``s'(x_ij, join)``. The paper writes the middle two
+rules as ``join := join φ``; the authors' code lets only a constant take the φ words after it, which gives each
+utterance one tree per meaning structure instead of one per attachment of every φ word, and so keeps the latent
+trees of hard-EM (§3.3) consistent. A one-constant utterance ("walk") is a tree of its own (S := J).
+
+Inference keeps the K best derivations of J for every span (Algorithm 1 keeps them per span and non-terminal). One
+span length at a time, all start positions together, the candidates of every rule, split point and child pair (or
+triple) are one tensor, and ``torch.topk`` merges them; the only Python loop is over span lengths. The root keeps
+every candidate built from its children's K best, in descending order, so the caller can return the best tree whose
+program is valid (``Chart.trees``); K-best is exact for the K best trees, since a tree's score adds its children's.
+
+Hard-EM (§3.3) prunes the chart with the gold program: constants outside it are -inf, and two nodes compose only if
+their sub-programs compose within the gold program. That second test is a lookup table over the gold program's
+sub-programs (``Composition``), so it too is a tensor gather.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+JOIN, PHI = -1, -2  # labels of join and φ nodes in a SpanNode (constants are their index in Σ)
+NONE = -1  # "no sub-program" in a Composition id
+# Derivation rules, the first column of a back pointer (rule, split1, split2, left k, middle k, right k)
+TERM, ABSORB, BINARY, TERNARY, LEADING_PHI = range(5)
+
+
+@dataclass(frozen=True)
+class SpanNode:
+    """A node of a span tree: the half-open span it covers, its label and its children, left to right."""
+
+    start: int
+    end: int
+    label: int  # a constant's index in Σ, JOIN or PHI
+    children: tuple["SpanNode", ...] = ()
+
+    def nodes(self) -> Iterator["SpanNode"]:
+        yield self
+        for child in self.children:
+            yield from child.nodes()
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Which sub-programs compose, for hard-EM: ids 0..P-1 name the sub-programs of one gold program.
+
+    ``constant[c]`` is the id of constant c as a sub-program (NONE if c is not in the gold program) and
+    ``table[a, b]`` the id of composing a with b (in either function-argument order, as the type system decides),
+    NONE when they do not compose into a sub-program of the gold. A root is right only if its id is ``gold``.
+    """
+
+    constant: torch.Tensor  # [Σ] long
+    table: torch.Tensor  # [P, P] long
+    gold: int
+
+
+class Chart:
+    """The K-best chart of one utterance: ``scores[i, j, k]`` and back pointers of J, and the sorted root."""
+
+    def __init__(self, n: int, k: int):
+        self.n, self.k = n, k
+        self.scores = torch.full((n + 1, n + 1, k), float("-inf"))
+        self.back = torch.zeros((n + 1, n + 1, k, 6), dtype=torch.long)
+        self.programs = torch.full((n + 1, n + 1, k), NONE, dtype=torch.long)  # Composition ids (hard-EM only)
+        self.constants = torch.zeros((n + 1, n + 1, k), dtype=torch.long)  # T: the k-th best constant of a span
+        self.root_scores = torch.zeros(0)
+        self.root_back = torch.zeros((0, 6), dtype=torch.long)
+        self.root_programs = torch.zeros(0, dtype=torch.long)
+
+    def tree(self, back: torch.Tensor, start: int, end: int) -> SpanNode:
+        """The span tree of a back pointer (a row of ``back`` or ``root_back``) over ``(start, end)``."""
+        rule, s1, s2, kl, km, kr = back.tolist()
+        if rule == TERM:
+            return SpanNode(start, end, int(self.constants[start, end, kl]))
+        if rule == ABSORB:
+            return SpanNode(start, end, JOIN, (SpanNode(start, s1, int(self.constants[start, s1, kl])),
+                                               SpanNode(s1, end, PHI)))
+        if rule == LEADING_PHI:
+            return SpanNode(start, end, JOIN, (SpanNode(start, s1, PHI), self.node(s1, end, kr)))
+        if rule == BINARY:
+            return SpanNode(start, end, JOIN, (self.node(start, s1, kl), self.node(s1, end, kr)))
+        return SpanNode(start, end, JOIN, (self.node(start, s1, kl), self.node(s1, s2, km), self.node(s2, end, kr)))
+
+    def node(self, start: int, end: int, k: int) -> SpanNode:
+        return self.tree(self.back[start, end, k], start, end)
+
+    def trees(self) -> Iterator[tuple[float, SpanNode, int]]:
+        """(score, tree, Composition id) of every root candidate, best first; -inf candidates are left out."""
+        for score, back, program in zip(self.root_scores.tolist(), self.root_back, self.root_programs.tolist()):
+            if score == float("-inf"):
+                return
+            yield score, self.tree(back, 0, self.n), program
+
+
+def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:
+    """``s'(x_ij, c) = s(x_ij, c) - s(x_ij, φ)`` (§3.2): the same softmax, and φ spans score 0."""
+    return scores - scores[..., phi:phi + 1]
+
+
+def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, ternary: bool = False,
+          composition: Composition | None = None) -> Chart:
+    """K-best CKY. ``constant_scores`` [n+1, n+1, Σ] and ``join_scores`` [n+1, n+1] are shifted scores (``shift``)
+    indexed by half-open spans ``(i, j)``; entries with j <= i are never read. With ``composition`` the chart keeps
+    only derivations whose sub-programs compose within the gold program (hard-EM)."""
+    n = constant_scores.shape[0] - 1
+    if n < 1:
+        raise ValueError("an utterance needs at least one token")
+    constant_scores, join_scores = constant_scores.detach().float().cpu(), join_scores.detach().float().cpu()
+    if composition is not None:
+        allowed = composition.constant >= 0
+        constant_scores = constant_scores.masked_fill(~allowed, float("-inf"))
+    chart = Chart(n, k)
+    width = min(k, constant_scores.shape[-1])
+    best, chart.constants[..., :width] = constant_scores.topk(width, dim=-1)
+    terminal_scores = torch.full((n + 1, n + 1, k), float("-inf"))
+    terminal_scores[..., :width] = best
+    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition)
+    for length in range(1, n + 1):
+        starts = torch.arange(0, n - length + 1)
+        scores, back, programs = builder(starts, length)
+        top = scores.topk(min(k, scores.shape[1]), dim=1)
+        ends = starts + length
+        chart.scores[starts, ends, :top.values.shape[1]] = top.values
+        chart.back[starts, ends, :top.values.shape[1]] = back.gather(1, top.indices[..., None].expand(-1, -1, 6))
+        chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
+    scores, back, programs = builder(torch.tensor([0]), n, root=True)
+    order = scores[0].argsort(descending=True)
+    chart.root_scores, chart.root_back, chart.root_programs = scores[0, order], back[0, order], programs[0, order]
+    if composition is not None:  # at the root only the gold program itself is right
+        chart.root_scores = chart.root_scores.masked_fill(chart.root_programs != composition.gold, float("-inf"))
+    return chart
+
+
+class _Candidates:
+    """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, flattened per start: scores
+    [N, X], back pointers [N, X, 6], Composition ids [N, X]."""
+
+    def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None):
+        self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
+        self.ternary, self.composition = ternary, composition
+
+    def compose(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
+        if self.composition is None:
+            return torch.full(torch.broadcast_shapes(a.shape, b.shape), NONE, dtype=torch.long)
+        table = self.composition.table
+        out = table[a.clamp(min=0), b.clamp(min=0)]
+        return out.masked_fill((a < 0) | (b < 0), NONE)
+
+    def constant_program(self, constants: torch.Tensor) -> torch.Tensor:
+        if self.composition is None:
+            return torch.full(constants.shape, NONE, dtype=torch.long)
+        return self.composition.constant[constants]
+
+    def __call__(self, starts: torch.Tensor, length: int, root: bool = False):
+        chart, k = self.chart, self.chart.k
+        ends = starts + length
+        i, j = starts[:, None], ends[:, None]
+        join = self.join_scores[starts, ends]
+        parts = []
+
+        def add(scores, rule, s1=None, s2=None, kl=None, km=None, kr=None, programs=None):
+            """Flatten one rule's candidates [N, ...] with back-pointer columns broadcast to their shape."""
+            shape = scores.shape
+            columns = [torch.full(shape, rule)] + [torch.zeros(shape, dtype=torch.long) if c is None
+                                                   else c.expand(shape) for c in (s1, s2, kl, km, kr)]
+            back = torch.stack(columns, dim=-1).reshape(shape[0], -1, 6)
+            if programs is None:
+                programs = torch.full(shape, NONE, dtype=torch.long)
+            scores = scores.reshape(shape[0], -1)
+            if self.composition is not None:  # a derivation whose sub-programs do not compose is no derivation
+                scores = scores.masked_fill(programs.reshape(shape[0], -1) < 0, float("-inf"))
+            parts.append((scores, back, programs.reshape(shape[0], -1)))
+
+        ks = torch.arange(k)
+        # J := T
+        add(self.terminal_scores[starts, ends], TERM, kl=ks[None, :],
+            programs=self.constant_program(chart.constants[starts, ends]))
+        if length >= 2:
+            splits = i + torch.arange(1, length)[None, :]  # [N, L-1]
+            # J := T φ
+            add(self.terminal_scores[i, splits] + join[:, None, None], ABSORB, s1=splits[..., None],
+                kl=ks[None, None, :], programs=self.constant_program(chart.constants[i, splits]))
+            # J := J J
+            left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
+            add(left[..., :, None] + right[..., None, :] + join[:, None, None, None], BINARY,
+                s1=splits[..., None, None], kl=ks[None, None, :, None], kr=ks[None, None, None, :],
+                programs=self.compose(chart.programs[i, splits][..., :, None],
+                                      chart.programs[splits, j][..., None, :]))
+            if root:
+                # S := φ J
+                add(chart.scores[splits, j] + join[:, None, None], LEADING_PHI, s1=splits[..., None],
+                    kr=ks[None, None, :], programs=chart.programs[splits, j])
+        if self.ternary and length >= 3:
+            first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1  # 1 <= d1 < d2 <= L-1
+            s1, s2 = i + first[None, :], i + second[None, :]  # [N, P]
+            left, middle, right = chart.scores[i, s1], chart.scores[s1, s2], chart.scores[s2, j]
+            # J := J J J; the outer spans compose first, then the result with the middle (§3.4)
+            outer = self.compose(chart.programs[i, s1][..., :, None, None], chart.programs[s2, j][..., None, None, :])
+            add(left[..., :, None, None] + middle[..., None, :, None] + right[..., None, None, :]
+                + join[:, None, None, None, None], TERNARY, s1=s1[..., None, None, None], s2=s2[..., None, None, None],
+                kl=ks[None, None, :, None, None], km=ks[None, None, None, :, None], kr=ks[None, None, None, None, :],
+                programs=self.compose(outer, chart.programs[s1, s2][..., None, :, None]))
+        scores, back, programs = (torch.cat(column, dim=1) for column in zip(*parts))
+        return scores, back, programs
