@@ -134,17 +134,33 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     for length in range(1, n + 1):
         starts = torch.arange(0, n - length + 1)
         scores, back, programs = builder(starts, length)
+        if composition is not None:
+            scores = _best_per_program(scores, programs)
         top = scores.topk(min(k, scores.shape[1]), dim=1)
         ends = starts + length
         chart.scores[starts, ends, :top.values.shape[1]] = top.values
         chart.back[starts, ends, :top.values.shape[1]] = back.gather(1, top.indices[..., None].expand(-1, -1, 6))
         chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
     scores, back, programs = builder(torch.tensor([0]), n, root=True)
+    if composition is not None:  # at the root only the gold program itself is right
+        scores = scores.masked_fill(programs != composition.gold, float("-inf"))
     order = scores[0].argsort(descending=True)
     chart.root_scores, chart.root_back, chart.root_programs = scores[0, order], back[0, order], programs[0, order]
-    if composition is not None:  # at the root only the gold program itself is right
-        chart.root_scores = chart.root_scores.masked_fill(chart.root_programs != composition.gold, float("-inf"))
     return chart
+
+
+def _best_per_program(scores: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
+    """``scores`` [N, X] with every candidate but the best of its sub-program (per row) set to -inf: two
+    derivations of one sub-program compose alike, so hard-EM needs only the better, and the K kept are K different
+    sub-programs."""
+    order = scores.argsort(dim=1, descending=True, stable=True)
+    ranked = programs.gather(1, order).clamp(min=0)
+    positions = torch.arange(scores.shape[1]).expand_as(ranked)
+    first = torch.full((scores.shape[0], int(programs.max().clamp(min=0)) + 1), scores.shape[1])
+    first = first.scatter_reduce(1, ranked, positions, reduce="amin")  # rank of each program's best candidate
+    keep_ranked = first.gather(1, ranked) == positions
+    keep = torch.zeros_like(keep_ranked).scatter(1, order, keep_ranked)
+    return scores.masked_fill(~keep, float("-inf"))
 
 
 class _Candidates:

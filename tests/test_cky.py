@@ -98,10 +98,11 @@ def test_composition_keeps_only_sub_programs_of_the_gold():
     constant_scores = torch.zeros(n + 1, n + 1, 3)
     constant_scores[0, 1] = torch.tensor([1.0, 0.0, 9.0])  # b would win word 0 without the gold
     constant_scores[1, 2] = torch.tensor([0.0, 1.0, 9.0])
+    constant_scores[0, 2] = torch.tensor([50.0, 0.0, 0.0])  # f over both words: the best root, but not the gold
     join_scores = torch.zeros(n + 1, n + 1)
     trees = list(cky.parse(constant_scores, join_scores, k=3, composition=composition).trees())
     assert trees and all(program == 2 for _, _, program in trees)
     best = trees[0][1]
     assert [(node.start, node.end, node.label) for node in best.nodes()] == [(0, 2, JOIN), (0, 1, 0), (1, 2, 1)]
     unconstrained = next(cky.parse(constant_scores, join_scores, k=3).trees())[1]
-    assert 2 in [node.label for node in unconstrained.nodes()]
+    assert [(node.start, node.end, node.label) for node in unconstrained.nodes()] == [(0, 2, 0)]
