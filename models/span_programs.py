@@ -81,6 +81,10 @@ class SpanLanguage:
         """The sub-program of a node labelled with a constant."""
         raise NotImplementedError
 
+    def entity_phrases(self, category: str) -> list[str]:
+        """The phrases that name an entity constant (the automatic lexicon of §3.3); none for a predicate."""
+        return []
+
     # ----- shared ---------------------------------------------------------------------------------------------
     def compose(self, left: Item, right: Item) -> Item | None:
         """The sub-program of a join node over ``left`` and ``right`` (in sentence order), or None."""
@@ -254,6 +258,13 @@ class FunQLSpans(SpanLanguage):
         if category in funql.FUNQL_SIGNATURES and category not in funql.CONSTANTS:
             return Partial(category, (None,) * funql.ARITY[category])
         return parse_brackets(category, self.formalism) if "(" in category else category
+
+    def entity_phrases(self, category: str) -> list[str]:
+        """``stateid ( 'new york' )`` is named "new york"; a city by its name without the state."""
+        leaf = self.leaf(category)
+        if isinstance(leaf, tuple) and leaf[0] in funql.CONSTANTS:
+            return [leaf[1].strip("'")]
+        return []
 
     def slot_args(self, node: tuple) -> tuple:
         if node[0] in funql.KINDS and node[1:] == (funql.ALL,):

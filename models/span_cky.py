@@ -1,0 +1,212 @@
+"""SpanBasedSP (Herzig & Berant 2021, "Span-based Semantic Parsing for Compositional Generalization").
+
+Every span (i, j) of the utterance gets a distribution over categories ``Σ ∪ {join, φ}`` (§3.1, Eq. 2-3): the
+encoder's states of its first and last word, ``[h_i; h_j]``, through a one-hidden-layer network (250 units), plus
+``λ·δ(x_ij, c)`` where a lexicon says the phrase names constant c (§3.3, "exact match features"). Σ is the set of
+domain constants of the training programs (``models.span_programs``).
+
+Training (§3.3) has programs only, no trees: for each example a constrained CKY (``models.cky`` with the gold
+program's ``Composition``) finds the best tree under the current scores whose program is the gold one (hard-EM), and
+the loss is the cross-entropy of every span against that tree's labels (a node's category; φ for every span that is
+no node), averaged over spans. Examples without such a tree are skipped and counted (``train/no_tree``).
+Inference (§3.2) runs K-best CKY (K = 5) and returns the program of the best tree whose sub-programs compose
+(``models.span_programs``); an utterance with no valid tree gets an empty prediction, which scores wrong. With
+``ternary`` the grammar has the non-projective rule ``join := join join join`` (§3.4).
+
+Encoder: ``lstm``, a bidirectional LSTM over word embeddings trained from scratch (the paper uses BERT-base).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models import cky
+from models.span_programs import span_language
+from zoo.parser import Featurizer, Parser
+from zoo.registry import register_model
+from zoo.types import Example
+
+log = logging.getLogger(__name__)
+PAD, UNK = "<pad>", "<unk>"
+MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
+
+
+class SpanFeaturizer(Featurizer):
+    """Words to ids, the category inventory Σ of the training programs, and lexicon matches per span."""
+
+    def __init__(self, formalism: str, lowercase: bool = True):
+        self.formalism = formalism
+        self.language = span_language(formalism)  # refuses a formalism without span types before anything else
+        self.lowercase = lowercase
+        self.words: dict[str, int] = {}
+        self.categories: list[str] = []  # Σ; join and φ follow as the last two category indices
+        self.lexicon: dict[str, list[int]] = {}  # phrase -> constants it names
+        self._compositions: dict[str, Any] = {}  # gold program -> models.cky.Composition (not saved)
+
+    @property
+    def join(self) -> int:
+        return len(self.categories)
+
+    @property
+    def phi(self) -> int:
+        return len(self.categories) + 1
+
+    def tokens(self, utterance: str) -> list[str]:
+        return (utterance.lower() if self.lowercase else utterance).split()
+
+    def fit(self, examples: Sequence[Example]) -> "SpanFeaturizer":
+        self.words = {w: i for i, w in enumerate([PAD, UNK, *sorted({t for e in examples
+                                                                    for t in self.tokens(e.utterance)})])}
+        self.categories = sorted({c for e in examples for c in self.language.categories(e.program)})
+        index = {c: i for i, c in enumerate(self.categories)}
+        lexicon: dict[str, list[int]] = {}
+        for category in self.categories:
+            for phrase in self.language.entity_phrases(category):
+                lexicon.setdefault(phrase, []).append(index[category])
+        self.lexicon = lexicon
+        return self
+
+    def encode(self, example: Example) -> dict[str, Any]:
+        tokens = self.tokens(example.utterance)
+        if not tokens:
+            raise ValueError(f"empty utterance for program {example.program[:60]!r}")
+        unk = self.words[UNK]
+        matches = [(i, j, c) for i in range(len(tokens)) for j in range(i + 1, min(len(tokens), i + MAX_PHRASE) + 1)
+                   for c in self.lexicon.get(" ".join(tokens[i:j]), ())]
+        return {"ids": [self.words.get(t, unk) for t in tokens], "matches": matches, "program": example.program}
+
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        ids = nn.utils.rnn.pad_sequence([torch.tensor(item["ids"]) for item in items], batch_first=True)
+        return {"ids": ids, "lengths": torch.tensor([len(item["ids"]) for item in items]),
+                "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items]}
+
+    def composition(self, program: str):
+        """The hard-EM constraint of a gold program (None: not a composition of Σ), computed once."""
+        if program not in self._compositions:
+            self._compositions[program] = self.language.composition_table(program, self.categories)
+        return self._compositions[program]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"formalism": self.formalism, "lowercase": self.lowercase, "words": self.words,
+                "categories": self.categories, "lexicon": self.lexicon}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
+        featurizer = cls(state["formalism"], state["lowercase"])
+        featurizer.words, featurizer.categories = state["words"], state["categories"]
+        featurizer.lexicon = {phrase: list(c) for phrase, c in state["lexicon"].items()}
+        return featurizer
+
+
+@register_model("span_cky")
+class SpanBasedParser(Parser):
+    """SpanBasedSP (module docstring)."""
+
+    featurizer_class = SpanFeaturizer
+    supported_formalisms = ("funql", "scan_sp")
+
+    def __init__(self, featurizer: SpanFeaturizer, formalism: str, embedding_dim: int = 128, hidden_size: int = 128,
+                 num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250, lexicon_weight: float = 5.0,
+                 k: int = 5, train_k: int = 10, ternary: bool = True, lr: float = 1e-3):
+        super().__init__(featurizer, formalism)
+        self.save_hyperparameters(ignore=["featurizer"])
+        self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
+        self.encoder = nn.LSTM(embedding_dim, hidden_size, num_layers, batch_first=True, bidirectional=True,
+                               dropout=dropout if num_layers > 1 else 0.0)
+        self.dropout = nn.Dropout(dropout)
+        n_categories = len(featurizer.categories) + 2
+        self.span_scorer = nn.Sequential(nn.Linear(4 * hidden_size, span_hidden), nn.ReLU(),
+                                         nn.Linear(span_hidden, n_categories))  # Eq. 2
+        self.no_tree = 0  # training examples of this epoch without a tree for their gold program
+
+    @classmethod
+    def build(cls, train: Sequence[Example], formalism: str, featurizer: dict | None = None,
+              featurizer_state: dict | None = None, **hparams) -> "SpanBasedParser":
+        return super().build(train, formalism, {**(featurizer or {}), "formalism": formalism}, featurizer_state,
+                             **hparams)
+
+    @property
+    def backbone(self) -> str:
+        return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}"
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Span scores [B, n+1, n+1, C] over half-open spans (i, j): s(x_{i:j}, c) + λ·δ(x_{i:j}, c)."""
+        embedded = self.dropout(self.embedding(batch["ids"]))
+        packed = nn.utils.rnn.pack_padded_sequence(embedded, batch["lengths"].cpu(), batch_first=True,
+                                                   enforce_sorted=False)
+        states, _ = nn.utils.rnn.pad_packed_sequence(self.encoder(packed)[0], batch_first=True)
+        states = self.dropout(states)
+        b, n, d = states.shape
+        starts = states[:, :, None, :].expand(b, n, n, d)  # [B, i, j-1, d]: first and last word of the span
+        ends = states[:, None, :, :].expand(b, n, n, d)
+        inclusive = self.span_scorer(torch.cat([starts, ends], dim=-1))  # [B, n, n, C]: span i..j inclusive
+        scores = inclusive.new_zeros(b, n + 1, n + 1, inclusive.shape[-1])
+        scores[:, :n, 1:] = inclusive
+        for example, matches in enumerate(batch["matches"]):
+            if matches:
+                i, j, c = torch.tensor(matches, device=scores.device).t()
+                scores[example, i, j, c] += self.hparams.lexicon_weight
+        return scores
+
+    def _chart(self, scores: torch.Tensor, n: int, composition=None, k: int | None = None) -> cky.Chart:
+        featurizer = self.featurizer
+        shifted = cky.shift(scores[:n + 1, :n + 1], featurizer.phi)
+        return cky.parse(shifted[..., :featurizer.join], shifted[..., featurizer.join], k=k or self.hparams.k,
+                         ternary=self.hparams.ternary, composition=composition)
+
+    def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
+        """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
+        labels = torch.full((n + 1, n + 1), self.featurizer.phi, dtype=torch.long)
+        for node in tree.nodes():
+            if node.label != cky.PHI:
+                labels[node.start, node.end] = self.featurizer.join if node.label == cky.JOIN else node.label
+        return labels
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+        scores = self(batch)
+        losses = []
+        with torch.no_grad():
+            trees = []
+            for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
+                composition = self.featurizer.composition(program)
+                best = None if composition is None else next(
+                    self._chart(scores[example], n, composition, k=self.hparams.train_k).trees(), None)
+                trees.append(None if best is None else best[1])
+        for example, (tree, n) in enumerate(zip(trees, batch["lengths"].tolist())):
+            if tree is None:
+                self.no_tree += 1
+                continue
+            spans = torch.triu_indices(n + 1, n + 1, offset=1, device=scores.device)  # every span i < j
+            labels = self.tree_labels(tree, n).to(scores.device)[spans[0], spans[1]]
+            losses.append(F.cross_entropy(scores[example, spans[0], spans[1]], labels))  # mean over spans
+        if not losses:
+            return None
+        loss = torch.stack(losses).mean()
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(losses))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/no_tree", float(self.no_tree))  # §3.3: examples skipped for want of a tree, this epoch
+        self.no_tree = 0
+
+    @torch.no_grad()
+    def parse(self, batch: dict[str, Any]) -> list[str]:
+        scores = self(batch)
+        programs = []
+        for example, n in enumerate(batch["lengths"].tolist()):
+            program = ""  # no semantically valid tree: an empty prediction, scored wrong
+            for _, tree, _ in self._chart(scores[example], n).trees():
+                found = self.featurizer.language.program(self.featurizer.language.tree_item(
+                    tree, self.featurizer.categories))
+                if found is not None:
+                    program = found
+                    break
+            programs.append(program)
+        return programs
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
