@@ -31,7 +31,7 @@ sub-programs (``Composition``), so it too is a tensor gather.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -102,10 +102,40 @@ class Chart:
 
     def trees(self) -> Iterator[tuple[float, SpanNode, int]]:
         """(score, tree, Composition id) of every root candidate, best first; -inf candidates are left out."""
-        for score, back, program in zip(self.root_scores.tolist(), self.root_back, self.root_programs.tolist()):
-            if score == float("-inf"):
-                return
-            yield score, self.tree(back, 0, self.n), program
+        for index in range(int(torch.isfinite(self.root_scores).sum())):  # the finite ones come first
+            yield (float(self.root_scores[index]), self.tree(self.root_back[index], 0, self.n),
+                   int(self.root_programs[index]))
+
+    def meanings(self, leaf: Callable[[int], Any], compose: Callable[[Any, Any], Any | None]
+                 ) -> Iterator[tuple[float, Any, torch.Tensor]]:
+        """(score, meaning, back pointer) of every root candidate, best first, where a meaning is built bottom-up
+        by ``leaf(constant)`` and ``compose(left, right)`` (None: no meaning; a ternary node composes its outer
+        children first, then the middle one). Each chart entry's meaning is computed once, so a root candidate
+        costs a composition or two however deep its tree."""
+        memo: dict[tuple[int, int, int], Any] = {}
+
+        def meaning(back: torch.Tensor, start: int, end: int) -> Any:
+            rule, s1, s2, kl, km, kr = back.tolist()
+            if rule in (TERM, ABSORB):
+                return leaf(int(self.constants[start, s1 if rule == ABSORB else end, kl]))
+            if rule == LEADING_PHI:
+                return entry(s1, end, kr)
+            left, right = entry(start, s1, kl), entry(s2 if rule == TERNARY else s1, end, kr)
+            if left is None or right is None:
+                return None
+            composed = compose(left, right)
+            if rule == BINARY or composed is None:
+                return composed
+            middle = entry(s1, s2, km)
+            return None if middle is None else compose(composed, middle)
+
+        def entry(start: int, end: int, k: int) -> Any:
+            if (start, end, k) not in memo:
+                memo[start, end, k] = meaning(self.back[start, end, k], start, end)
+            return memo[start, end, k]
+
+        for index in range(int(torch.isfinite(self.root_scores).sum())):
+            yield float(self.root_scores[index]), meaning(self.root_back[index], 0, self.n), self.root_back[index]
 
 
 def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:
@@ -226,12 +256,23 @@ class _Candidates:
         if self.ternary and length >= 3:
             first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1  # 1 <= d1 < d2 <= L-1
             s1, s2 = i + first[None, :], i + second[None, :]  # [N, P]
-            left, middle, right = chart.scores[i, s1], chart.scores[s1, s2], chart.scores[s2, j]
-            # J := J J J; the outer spans compose first, then the result with the middle (§3.4)
-            outer = self.compose(chart.programs[i, s1][..., :, None, None], chart.programs[s2, j][..., None, None, :])
-            add(left[..., :, None, None] + middle[..., None, :, None] + right[..., None, None, :]
-                + join[:, None, None, None, None], TERNARY, s1=s1[..., None, None, None], s2=s2[..., None, None, None],
-                kl=ks[None, None, :, None, None], km=ks[None, None, None, :, None], kr=ks[None, None, None, None, :],
-                programs=self.compose(outer, chart.programs[s1, s2][..., None, :, None]))
+            # J := J J J; the outer spans compose first, then the result with the middle (§3.4). A tree's score
+            # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
+            # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
+            # sub-programs, since only a pair's sub-program decides what it composes with.
+            outer = chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]  # [N, P, K, K]
+            outer_programs = self.compose(chart.programs[i, s1][..., :, None], chart.programs[s2, j][..., None, :])
+            outer, outer_programs = outer.flatten(-2), outer_programs.flatten(-2)  # [N, P, K*K]
+            if self.composition is not None:
+                rows = outer.shape[0] * outer.shape[1]
+                outer = outer.masked_fill(outer_programs < 0, float("-inf"))
+                outer = _best_per_program(outer.reshape(rows, -1), outer_programs.reshape(rows, -1)).view_as(outer)
+            best_outer = outer.topk(k, dim=-1)  # [N, P, K]
+            kl, kr = best_outer.indices // k, best_outer.indices % k
+            outer_programs = outer_programs.gather(-1, best_outer.indices)
+            add(best_outer.values[..., :, None] + chart.scores[s1, s2][..., None, :] + join[:, None, None, None],
+                TERNARY, s1=s1[..., None, None], s2=s2[..., None, None], kl=kl[..., :, None],
+                km=ks[None, None, None, :], kr=kr[..., :, None],
+                programs=self.compose(outer_programs[..., :, None], chart.programs[s1, s2][..., None, :]))
         scores, back, programs = (torch.cat(column, dim=1) for column in zip(*parts))
         return scores, back, programs

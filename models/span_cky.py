@@ -18,6 +18,7 @@ Encoder: ``lstm``, a bidirectional LSTM over word embeddings trained from scratc
 from __future__ import annotations
 
 import logging
+from itertools import islice
 from typing import Any, Sequence
 
 import torch
@@ -111,7 +112,8 @@ class SpanBasedParser(Parser):
 
     def __init__(self, featurizer: SpanFeaturizer, formalism: str, embedding_dim: int = 128, hidden_size: int = 128,
                  num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250, lexicon_weight: float = 5.0,
-                 k: int = 5, train_k: int = 10, ternary: bool = True, lr: float = 1e-3):
+                 k: int = 5, ternary: bool = True, max_trees: int = 1000,
+                 lr: float = 1e-3):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
         self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
@@ -166,27 +168,35 @@ class SpanBasedParser(Parser):
                 labels[node.start, node.end] = self.featurizer.join if node.label == cky.JOIN else node.label
         return labels
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+    def latent_trees(self, scores: torch.Tensor, batch: dict[str, Any]) -> list[cky.SpanNode | None]:
+        """Hard-EM's E step (§3.3): per example, the best tree under ``scores`` whose program is the gold one."""
+        trees = []
+        for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
+            composition = self.featurizer.composition(program)
+            # one chart entry per sub-program of the gold: the constrained search is then exact, not K-best
+            best = None if composition is None else next(
+                self._chart(scores[example], n, composition, k=len(composition.table)).trees(), None)
+            trees.append(None if best is None else best[1])
+        return trees
+
+    def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor | None, int]:
+        """Cross-entropy of every span against the latent tree, averaged over spans, then over the examples that
+        have a tree; and how many have none (None loss when no example has one)."""
         scores = self(batch)
         losses = []
-        with torch.no_grad():
-            trees = []
-            for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
-                composition = self.featurizer.composition(program)
-                best = None if composition is None else next(
-                    self._chart(scores[example], n, composition, k=self.hparams.train_k).trees(), None)
-                trees.append(None if best is None else best[1])
-        for example, (tree, n) in enumerate(zip(trees, batch["lengths"].tolist())):
-            if tree is None:
-                self.no_tree += 1
-                continue
-            spans = torch.triu_indices(n + 1, n + 1, offset=1, device=scores.device)  # every span i < j
-            labels = self.tree_labels(tree, n).to(scores.device)[spans[0], spans[1]]
-            losses.append(F.cross_entropy(scores[example, spans[0], spans[1]], labels))  # mean over spans
-        if not losses:
-            return None
-        loss = torch.stack(losses).mean()
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(losses))
+        for example, (tree, n) in enumerate(zip(self.latent_trees(scores.detach(), batch), batch["lengths"].tolist())):
+            if tree is not None:
+                spans = torch.triu_indices(n + 1, n + 1, offset=1, device=scores.device)  # every span i < j
+                labels = self.tree_labels(tree, n).to(scores.device)[spans[0], spans[1]]
+                losses.append(F.cross_entropy(scores[example, spans[0], spans[1]], labels))
+        skipped = len(batch["programs"]) - len(losses)
+        return (torch.stack(losses).mean() if losses else None), skipped
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor | None:
+        loss, skipped = self.loss(batch)
+        self.no_tree += skipped
+        if loss is not None:
+            self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["programs"]) - skipped)
         return loss
 
     def on_train_epoch_end(self) -> None:
@@ -195,17 +205,16 @@ class SpanBasedParser(Parser):
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
+        """The program of the best tree whose sub-programs compose (§3.2); "" when none of the first
+        ``max_trees`` root candidates does (scored wrong)."""
         scores = self(batch)
+        language, categories = self.featurizer.language, self.featurizer.categories
         programs = []
         for example, n in enumerate(batch["lengths"].tolist()):
-            program = ""  # no semantically valid tree: an empty prediction, scored wrong
-            for _, tree, _ in self._chart(scores[example], n).trees():
-                found = self.featurizer.language.program(self.featurizer.language.tree_item(
-                    tree, self.featurizer.categories))
-                if found is not None:
-                    program = found
-                    break
-            programs.append(program)
+            candidates = self._chart(scores[example], n).meanings(lambda c: language.leaf(categories[c]),
+                                                                   language.compose)
+            programs.append(next((program for _, meaning, _ in islice(candidates, self.hparams.max_trees)
+                                  if (program := language.program(meaning)) is not None), ""))
         return programs
 
     def configure_optimizers(self):
