@@ -17,7 +17,6 @@ Encoder: ``lstm``, a bidirectional LSTM over word embeddings trained from scratc
 """
 from __future__ import annotations
 
-import logging
 from itertools import islice
 from typing import Any, Sequence
 
@@ -31,7 +30,6 @@ from zoo.parser import Featurizer, Parser
 from zoo.registry import register_model
 from zoo.types import Example
 
-log = logging.getLogger(__name__)
 PAD, UNK = "<pad>", "<unk>"
 MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
 
@@ -112,8 +110,7 @@ class SpanBasedParser(Parser):
 
     def __init__(self, featurizer: SpanFeaturizer, formalism: str, embedding_dim: int = 128, hidden_size: int = 128,
                  num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250, lexicon_weight: float = 5.0,
-                 k: int = 5, ternary: bool = True, max_trees: int = 1000,
-                 lr: float = 1e-3):
+                 k: int = 5, ternary: bool = True, max_trees: int = 1000, lr: float = 1e-3):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
         self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
