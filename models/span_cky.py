@@ -2,7 +2,8 @@
 
 Every span (i, j) of the utterance gets a distribution over categories ``Σ ∪ {join, φ}`` (§3.1, Eq. 2-3): the
 encoder's states of its first and last word, ``[h_i; h_j]``, through a one-hidden-layer network (250 units), plus
-``λ·δ(x_ij, c)`` where a lexicon says the phrase names constant c (§3.3, "exact match features"). Σ is the set of
+``λ·δ(x_ij, c)`` where a lexicon says the phrase names constant c (§3.3, "exact match features": entity names,
+and the manual lexicon ``models/lexicons/<formalism>.json``). Σ is the set of
 domain constants of the training programs (``models.span_programs``).
 
 Training (§3.3) has programs only, no trees: for each example a constrained CKY (``models.cky`` with the gold
@@ -17,7 +18,9 @@ Encoder: ``lstm``, a bidirectional LSTM over word embeddings trained from scratc
 """
 from __future__ import annotations
 
+import json
 from itertools import islice
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -34,13 +37,27 @@ PAD, UNK = "<pad>", "<unk>"
 MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
 
 
+def manual_lexicon(formalism: str) -> dict[str, list[str]]:
+    """The hand-written lexicon of §3.3 (at most two phrases per constant), shipped with the model as
+    ``models/lexicons/<formalism>.json``; empty where none is written yet."""
+    path = Path(__file__).parent / "lexicons" / f"{formalism}.json"
+    if not path.is_file():
+        return {}
+    entries = {c: p for c, p in json.loads(path.read_text(encoding="utf-8")).items() if not c.startswith("_")}
+    crowded = [c for c, phrases in entries.items() if not isinstance(phrases, list) or len(phrases) > 2]
+    if crowded:
+        raise ValueError(f"{path}: each constant takes a list of at most two phrases (§3.3); not so for {crowded}")
+    return entries
+
+
 class SpanFeaturizer(Featurizer):
     """Words to ids, the category inventory Σ of the training programs, and lexicon matches per span."""
 
-    def __init__(self, formalism: str, lowercase: bool = True):
+    def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True):
         self.formalism = formalism
         self.language = span_language(formalism)  # refuses a formalism without span types before anything else
         self.lowercase = lowercase
+        self.manual_lexicon = manual_lexicon  # add models/lexicons/<formalism>.json to the entity lexicon
         self.words: dict[str, int] = {}
         self.categories: list[str] = []  # Σ; join and φ follow as the last two category indices
         self.lexicon: dict[str, list[int]] = {}  # phrase -> constants it names
@@ -62,10 +79,11 @@ class SpanFeaturizer(Featurizer):
                                                                     for t in self.tokens(e.utterance)})])}
         self.categories = sorted({c for e in examples for c in self.language.categories(e.program)})
         index = {c: i for i, c in enumerate(self.categories)}
+        manual = manual_lexicon(self.formalism) if self.manual_lexicon else {}
         lexicon: dict[str, list[int]] = {}
         for category in self.categories:
-            for phrase in self.language.entity_phrases(category):
-                lexicon.setdefault(phrase, []).append(index[category])
+            for phrase in self.language.entity_phrases(category) + manual.get(category, []):
+                lexicon.setdefault(" ".join(self.tokens(phrase)), []).append(index[category])
         self.lexicon = lexicon
         return self
 
@@ -90,12 +108,12 @@ class SpanFeaturizer(Featurizer):
         return self._compositions[program]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"formalism": self.formalism, "lowercase": self.lowercase, "words": self.words,
-                "categories": self.categories, "lexicon": self.lexicon}
+        return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
+                "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
-        featurizer = cls(state["formalism"], state["lowercase"])
+        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"])
         featurizer.words, featurizer.categories = state["words"], state["categories"]
         featurizer.lexicon = {phrase: list(c) for phrase, c in state["lexicon"].items()}
         return featurizer

@@ -6,6 +6,7 @@ import torch
 from conftest import compose_run, needs_mirror
 from datamodules import read_splits
 from models.span_cky import SpanBasedParser, SpanFeaturizer
+from zoo.types import Example
 from zoo.formalisms import get_formalism
 from zoo.metrics import exact_match_flags
 from zoo.parser import UnsupportedFormalismError
@@ -46,3 +47,19 @@ def test_smoke_run(tmp_path, data):
 def test_a_dataset_without_span_types_is_refused_before_training():
     with pytest.raises(UnsupportedFormalismError, match="span_cky.*scan"):
         SpanBasedParser.build([], "scan")
+
+
+def test_lexicon_holds_entity_names_and_the_manual_phrases():
+    examples = [Example("walk right twice", "i_twice ( i_walk ( i_right ) )", {}),
+                Example("jump", "i_jump ( )", {})]
+    featurizer = SpanFeaturizer("scan_sp").fit(examples)
+    categories = featurizer.categories
+    assert [categories[c] for c in featurizer.lexicon["right"]] == ["i_right"]
+    assert "left" not in featurizer.lexicon  # i_left is not in this training set's Σ
+    assert featurizer.encode(examples[0])["matches"] == [(0, 1, categories.index("i_walk")),
+                                                          (1, 2, categories.index("i_right")),
+                                                          (2, 3, categories.index("i_twice"))]
+    assert SpanFeaturizer("scan_sp", manual_lexicon=False).fit(examples).lexicon == {}
+    geo = SpanFeaturizer("funql").fit([Example("where is new york ?", "answer ( loc_1 ( stateid ( 'new york' ) ) )",
+                                               {})])
+    assert [geo.categories[c] for c in geo.lexicon["new york"]] == ["stateid ( 'new york' )"]
