@@ -109,9 +109,8 @@ class Chart:
     def meanings(self, leaf: Callable[[int], Any], compose: Callable[[Any, Any], Any | None]
                  ) -> Iterator[tuple[float, Any, torch.Tensor]]:
         """(score, meaning, back pointer) of every root candidate, best first, where a meaning is built bottom-up
-        by ``leaf(constant)`` and ``compose(left, right)`` (None: no meaning; a ternary node composes its outer
-        children first, then the middle one). Each chart entry's meaning is computed once, so a root candidate
-        costs a composition or two however deep its tree."""
+        by ``leaf(constant)`` and ``join_meaning`` (None: no meaning). Each chart entry's meaning is computed
+        once, so a root candidate costs a composition or two however deep its tree."""
         memo: dict[tuple[int, int, int], Any] = {}
 
         def meaning(back: torch.Tensor, start: int, end: int) -> Any:
@@ -120,14 +119,9 @@ class Chart:
                 return leaf(int(self.constants[start, s1 if rule == ABSORB else end, kl]))
             if rule == LEADING_PHI:
                 return entry(s1, end, kr)
-            left, right = entry(start, s1, kl), entry(s2 if rule == TERNARY else s1, end, kr)
-            if left is None or right is None:
-                return None
-            composed = compose(left, right)
-            if rule == BINARY or composed is None:
-                return composed
-            middle = entry(s1, s2, km)
-            return None if middle is None else compose(composed, middle)
+            if rule == BINARY:
+                return join_meaning(compose, entry(start, s1, kl), entry(s1, end, kr))
+            return join_meaning(compose, entry(start, s1, kl), entry(s2, end, kr), entry(s1, s2, km))
 
         def entry(start: int, end: int, k: int) -> Any:
             if (start, end, k) not in memo:
@@ -136,6 +130,15 @@ class Chart:
 
         for index in range(int(torch.isfinite(self.root_scores).sum())):
             yield float(self.root_scores[index]), meaning(self.root_back[index], 0, self.n), self.root_back[index]
+
+
+def join_meaning(compose: Callable[[Any, Any], Any | None], left: Any, right: Any, *middle: Any) -> Any | None:
+    """The meaning of a join node from its children's: ``compose(left, right)``, and for a ternary node (§3.4)
+    that result composed with the middle child; None where a child has no meaning or they do not compose."""
+    if left is None or right is None or None in middle:
+        return None
+    outer = compose(left, right)
+    return outer if outer is None or not middle else compose(outer, middle[0])
 
 
 def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:

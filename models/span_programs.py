@@ -123,19 +123,18 @@ class SpanLanguage:
     def tree_item(self, node, labels: list[str]) -> Item | None:
         """The sub-program of a ``models.cky.SpanNode`` whose constant labels index ``labels``. Binary nodes
         compose their non-φ children; a ternary node composes its outer children first, then the middle (§3.4)."""
-        from models.cky import JOIN, PHI
+        from models.cky import JOIN, PHI, join_meaning
 
         if node.label not in (JOIN, PHI):
             return self.leaf(labels[node.label])
         children = [self.tree_item(child, labels) for child in node.children if child.label != PHI]
-        if any(child is None for child in children) or not children:
-            return None
         if len(children) == 1:
             return children[0]
         if len(children) == 2:
-            return self.compose(*children)
-        outer = self.compose(children[0], children[2])
-        return None if outer is None else self.compose(outer, children[1])
+            return join_meaning(self.compose, *children)
+        if len(children) == 3:
+            return join_meaning(self.compose, children[0], children[2], children[1])
+        return None  # a join node with no meaningful child
 
     def sub_programs(self, tree: Tree) -> list[Item]:
         """Every sub-program a span tree of ``tree`` may build: its closed subtrees, and each predicate node with
@@ -143,7 +142,7 @@ class SpanLanguage:
         items: list[Item] = []
         for node in _nodes(tree):
             if isinstance(node, str) or not self.slots(node[0]):
-                items.append(self.leaf_of(node))
+                items.append(node)
                 continue
             head, args = node[0], self.slot_args(node)
             filled = [i for i, arg in enumerate(args) if arg is not None]
@@ -153,10 +152,6 @@ class SpanLanguage:
                     items.append(self.complete(head, partial) if all(a is not None for a in partial)
                                  else Partial(head, partial))
         return list(dict.fromkeys(items))
-
-    def leaf_of(self, node: Tree) -> Item:
-        """The leaf sub-program of a node with no argument slots."""
-        return node
 
     def slot_args(self, node: tuple) -> tuple:
         """A predicate node's arguments as slots (None where the node leaves a slot to its default)."""
@@ -169,7 +164,8 @@ class SpanLanguage:
         root = self.gold_root(program)
         items = self.sub_programs(root)
         ids = {item: i for i, item in enumerate(items)}
-        if self.root_item(root) not in ids:
+        gold = ids.get(self.root_item(root))
+        if gold is None:
             return None
         table = torch.full((len(items), len(items)), NONE, dtype=torch.long)
         for a, left in enumerate(items):
@@ -177,7 +173,7 @@ class SpanLanguage:
                 if isinstance(left, Partial) or isinstance(right, Partial):  # two closed programs never compose
                     table[a, b] = ids.get(self.compose(left, right), NONE)
         constant = torch.tensor([ids.get(self.leaf(label), NONE) for label in labels], dtype=torch.long)
-        return Composition(constant=constant, table=table, gold=ids[self.root_item(root)])
+        return Composition(constant=constant, table=table, gold=gold)
 
     def gold_root(self, program: str) -> Tree:
         """The tree whose sub-programs span trees build (FunQL: inside ``answer``)."""
@@ -189,7 +185,7 @@ class SpanLanguage:
             args = self.slot_args(root)
             if any(arg is None for arg in args):
                 return Partial(root[0], args)
-        return self.leaf_of(root) if isinstance(root, str) else root
+        return root
 
 
 def _nodes(tree: Tree) -> Iterable[Tree]:
