@@ -161,7 +161,7 @@ class GGDFeaturizer(Featurizer):
         return torch.tensor([KIND_ENTITY] * self.n_entities + [KIND_VARIABLE] * self.n_variables)
 
     # ----- fitting ---------------------------------------------------------------------------------------------
-    def fit(self, examples: Sequence[Example]) -> "GGDFeaturizer":
+    def fit(self, examples: Sequence[Example], world: Any = None) -> "GGDFeaturizer":
         sparql = get_formalism("cfq_sparql")
         queries = [sparql.parse(e.program) for e in examples]
         entities, variables, relations, attributes = {0}, {0}, set(), set()

@@ -47,7 +47,7 @@ class Seq2SeqFeaturizer(Featurizer):
         self.tokenizer: Tokenizer | None = None
         self.longest_train_target = 0
 
-    def fit(self, examples: Sequence[Example]) -> "Seq2SeqFeaturizer":
+    def fit(self, examples: Sequence[Example], world: Any = None) -> "Seq2SeqFeaturizer":
         if self.pretrained:
             self.tokenizer = AutoTokenizer.from_pretrained(self.pretrained).backend_tokenizer
         else:

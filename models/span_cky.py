@@ -14,7 +14,9 @@ Inference (§3.2) runs K-best CKY (K = 5) and returns the program of the best tr
 (``models.span_programs``); an utterance with no valid tree gets an empty prediction, which scores wrong. With
 ``ternary`` the grammar has the non-projective rule ``join := join join join`` (§3.4).
 
-Encoder: ``lstm``, a bidirectional LSTM over word embeddings trained from scratch (the paper uses BERT-base).
+Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
+pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
+its end state its last, so spans stay over words. The paper uses BERT-base (110M parameters, §4); MiniLM has 22M.
 """
 from __future__ import annotations
 
@@ -26,15 +28,22 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AutoModel, AutoTokenizer
 
 from models import cky
 from models.span_programs import span_language
 from zoo.parser import Featurizer, Parser
+from zoo.pretrained import minilm_path
 from zoo.registry import register_model
 from zoo.types import Example
 
 PAD, UNK = "<pad>", "<unk>"
+
+
+def pad_mask(lengths: list[int], width: int) -> torch.Tensor:
+    return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
 MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
+ENCODERS = ("lstm", "minilm")
 
 
 def manual_lexicon(formalism: str) -> dict[str, list[str]]:
@@ -51,13 +60,17 @@ def manual_lexicon(formalism: str) -> dict[str, list[str]]:
 
 
 class SpanFeaturizer(Featurizer):
-    """Words to ids, the category inventory Σ of the training programs, and lexicon matches per span."""
+    """Words to ids (or to MiniLM word pieces), the category inventory Σ, and lexicon matches per span."""
 
-    def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True):
+    def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True, encoder: str = "lstm"):
+        if encoder not in ENCODERS:
+            raise ValueError(f"span_cky: unknown encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
         self.formalism = formalism
         self.language = span_language(formalism)  # refuses a formalism without span types before anything else
         self.lowercase = lowercase
         self.manual_lexicon = manual_lexicon  # add models/lexicons/<formalism>.json to the entity lexicon
+        self.encoder = encoder
+        self.tokenizer = AutoTokenizer.from_pretrained(minilm_path()) if encoder == "minilm" else None
         self.words: dict[str, int] = {}
         self.categories: list[str] = []  # Σ; join and φ follow as the last two category indices
         self.lexicon: dict[str, list[int]] = {}  # phrase -> constants it names
@@ -74,10 +87,14 @@ class SpanFeaturizer(Featurizer):
     def tokens(self, utterance: str) -> list[str]:
         return (utterance.lower() if self.lowercase else utterance).split()
 
-    def fit(self, examples: Sequence[Example]) -> "SpanFeaturizer":
+    def fit(self, examples: Sequence[Example], world: Any = None) -> "SpanFeaturizer":
+        """Σ is the constants of the training programs, the language's predicates and ``world``'s entities (§2:
+        "domain constants, including entities and predicates"): a constant no training program uses can still be
+        predicted through the lexicon."""
         self.words = {w: i for i, w in enumerate([PAD, UNK, *sorted({t for e in examples
                                                                     for t in self.tokens(e.utterance)})])}
-        self.categories = sorted({c for e in examples for c in self.language.categories(e.program)})
+        self.categories = sorted({c for e in examples for c in self.language.categories(e.program)}
+                                 | self.language.domain_categories(world))
         index = {c: i for i, c in enumerate(self.categories)}
         manual = manual_lexicon(self.formalism) if self.manual_lexicon else {}
         lexicon: dict[str, list[int]] = {}
@@ -91,15 +108,32 @@ class SpanFeaturizer(Featurizer):
         tokens = self.tokens(example.utterance)
         if not tokens:
             raise ValueError(f"empty utterance for program {example.program[:60]!r}")
-        unk = self.words[UNK]
         matches = [(i, j, c) for i in range(len(tokens)) for j in range(i + 1, min(len(tokens), i + MAX_PHRASE) + 1)
                    for c in self.lexicon.get(" ".join(tokens[i:j]), ())]
-        return {"ids": [self.words.get(t, unk) for t in tokens], "matches": matches, "program": example.program}
+        item = {"n": len(tokens), "matches": matches, "program": example.program}
+        if self.tokenizer is None:
+            unk = self.words[UNK]
+            return {**item, "ids": [self.words.get(t, unk) for t in tokens]}
+        pieces = self.tokenizer(tokens, is_split_into_words=True)
+        word_of = pieces.word_ids()
+        first = {w: p for p, w in reversed(list(enumerate(word_of))) if w is not None}
+        last = {w: p for p, w in enumerate(word_of) if w is not None}
+        if len(first) != len(tokens) or len(word_of) > self.tokenizer.model_max_length:
+            raise ValueError(f"MiniLM cannot encode {example.utterance!r}: a word without word pieces, or longer "
+                             f"than {self.tokenizer.model_max_length} pieces")
+        return {**item, "ids": pieces["input_ids"], "first": [first[w] for w in range(len(tokens))],
+                "last": [last[w] for w in range(len(tokens))]}
 
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        ids = nn.utils.rnn.pad_sequence([torch.tensor(item["ids"]) for item in items], batch_first=True)
-        return {"ids": ids, "lengths": torch.tensor([len(item["ids"]) for item in items]),
-                "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items]}
+        def pad(key: str) -> torch.Tensor:
+            return nn.utils.rnn.pad_sequence([torch.tensor(item[key]) for item in items], batch_first=True)
+
+        batch = {"ids": pad("ids"), "lengths": torch.tensor([item["n"] for item in items]),
+                 "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items]}
+        if self.tokenizer is not None:  # word pieces: ids are pieces; a word starts at first, ends at last
+            batch.update(first=pad("first"), last=pad("last"),
+                         piece_mask=pad_mask([len(item["ids"]) for item in items], batch["ids"].shape[1]))
+        return batch
 
     def composition(self, program: str):
         """The hard-EM constraint of a gold program (None: not a composition of Σ), computed once."""
@@ -109,11 +143,11 @@ class SpanFeaturizer(Featurizer):
 
     def state_dict(self) -> dict[str, Any]:
         return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
-                "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
+                "encoder": self.encoder, "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
-        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"])
+        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"])
         featurizer.words, featurizer.categories = state["words"], state["categories"]
         featurizer.lexicon = {phrase: list(c) for phrase, c in state["lexicon"].items()}
         return featurizer
@@ -126,40 +160,60 @@ class SpanBasedParser(Parser):
     featurizer_class = SpanFeaturizer
     supported_formalisms = ("funql", "scan_sp")
 
-    def __init__(self, featurizer: SpanFeaturizer, formalism: str, embedding_dim: int = 128, hidden_size: int = 128,
-                 num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250, lexicon_weight: float = 5.0,
-                 k: int = 5, ternary: bool = True, max_trees: int = 1000, lr: float = 1e-3):
+    def __init__(self, featurizer: SpanFeaturizer, formalism: str, encoder: str = "lstm", embedding_dim: int = 128,
+                 hidden_size: int = 128, num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250,
+                 lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
+                 lr: float = 1e-3, encoder_lr: float = 5e-5):
         super().__init__(featurizer, formalism)
+        if encoder != featurizer.encoder:
+            raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
         self.save_hyperparameters(ignore=["featurizer"])
-        self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
-        self.encoder = nn.LSTM(embedding_dim, hidden_size, num_layers, batch_first=True, bidirectional=True,
-                               dropout=dropout if num_layers > 1 else 0.0)
+        if encoder == "minilm":
+            self.encoder = AutoModel.from_pretrained(minilm_path())
+            width = self.encoder.config.hidden_size
+        else:
+            self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
+            self.encoder = nn.LSTM(embedding_dim, hidden_size, num_layers, batch_first=True, bidirectional=True,
+                                   dropout=dropout if num_layers > 1 else 0.0)
+            width = 2 * hidden_size
         self.dropout = nn.Dropout(dropout)
         n_categories = len(featurizer.categories) + 2
-        self.span_scorer = nn.Sequential(nn.Linear(4 * hidden_size, span_hidden), nn.ReLU(),
+        self.span_scorer = nn.Sequential(nn.Linear(2 * width, span_hidden), nn.ReLU(),
                                          nn.Linear(span_hidden, n_categories))  # Eq. 2
         self.no_tree = 0  # training examples of this epoch without a tree for their gold program
 
     @classmethod
     def build(cls, train: Sequence[Example], formalism: str, featurizer: dict | None = None,
               featurizer_state: dict | None = None, **hparams) -> "SpanBasedParser":
-        return super().build(train, formalism, {**(featurizer or {}), "formalism": formalism}, featurizer_state,
-                             **hparams)
+        featurizer = {**(featurizer or {}), "formalism": formalism, "encoder": hparams.get("encoder", "lstm")}
+        return super().build(train, formalism, featurizer, featurizer_state, **hparams)
 
     @property
     def backbone(self) -> str:
+        if self.hparams.encoder == "minilm":
+            return "minilm-l6"
         return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}"
 
-    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Span scores [B, n+1, n+1, C] over half-open spans (i, j): s(x_{i:j}, c) + λ·δ(x_{i:j}, c)."""
+    def word_states(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, n, d] states of each word as a span's first word and as its last word."""
+        if self.hparams.encoder == "minilm":
+            pieces = self.encoder(input_ids=batch["ids"], attention_mask=batch["piece_mask"]).last_hidden_state
+            pieces = self.dropout(pieces)
+            gather = lambda index: pieces.gather(1, index[..., None].expand(-1, -1, pieces.shape[-1]))
+            return gather(batch["first"]), gather(batch["last"])
         embedded = self.dropout(self.embedding(batch["ids"]))
         packed = nn.utils.rnn.pack_padded_sequence(embedded, batch["lengths"].cpu(), batch_first=True,
                                                    enforce_sorted=False)
         states, _ = nn.utils.rnn.pad_packed_sequence(self.encoder(packed)[0], batch_first=True)
         states = self.dropout(states)
-        b, n, d = states.shape
-        starts = states[:, :, None, :].expand(b, n, n, d)  # [B, i, j-1, d]: first and last word of the span
-        ends = states[:, None, :, :].expand(b, n, n, d)
+        return states, states
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Span scores [B, n+1, n+1, C] over half-open spans (i, j): s(x_{i:j}, c) + λ·δ(x_{i:j}, c)."""
+        first, last = self.word_states(batch)
+        b, n, d = first.shape
+        starts = first[:, :, None, :].expand(b, n, n, d)  # [B, i, j-1, d]: first and last word of the span
+        ends = last[:, None, :, :].expand(b, n, n, d)
         inclusive = self.span_scorer(torch.cat([starts, ends], dim=-1))  # [B, n, n, C]: span i..j inclusive
         scores = inclusive.new_zeros(b, n + 1, n + 1, inclusive.shape[-1])
         scores[:, :n, 1:] = inclusive
@@ -233,4 +287,10 @@ class SpanBasedParser(Parser):
         return programs
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        if self.hparams.encoder != "minilm":
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        # fine-tuning: the pretrained encoder moves slowly, the freshly initialised span network at lr
+        encoder = {id(p) for p in self.encoder.parameters()}
+        return torch.optim.AdamW([{"params": list(self.encoder.parameters()), "lr": self.hparams.encoder_lr},
+                                  {"params": [p for p in self.parameters() if id(p) not in encoder]}],
+                                 lr=self.hparams.lr)

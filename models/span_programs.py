@@ -85,6 +85,10 @@ class SpanLanguage:
         """The phrases that name an entity constant (the automatic lexicon of §3.3); none for a predicate."""
         return []
 
+    def domain_categories(self, world: Any) -> set[str]:
+        """Constants of Σ the language and its database define, used by a training program or not."""
+        return set()
+
     # ----- shared ---------------------------------------------------------------------------------------------
     def compose(self, left: Item, right: Item) -> Item | None:
         """The sub-program of a join node over ``left`` and ``right`` (in sentence order), or None."""
@@ -261,6 +265,23 @@ class FunQLSpans(SpanLanguage):
         if isinstance(leaf, tuple) and leaf[0] in funql.CONSTANTS:
             return [leaf[1].strip("'")]
         return []
+
+    def domain_categories(self, world: Any) -> set[str]:
+        """Every predicate of FunQL, and with geobase (a ``GeoBase``) every entity it names: states, rivers,
+        places, the country, and cities both without a state (``cityid ( 'austin', _ )``) and with one."""
+        predicates = set(funql.FUNQL_SIGNATURES) - set(funql.CONSTANTS) - {"answer"}
+        if world is None:
+            return predicates
+        ids = {kind: head for head, kind in funql.CONSTANTS.items()}
+        entities = set()
+        for kind, head in ids.items():
+            for entity in world.by_kind.get(kind, ()):
+                name = f"'{entity[1]}'"
+                if kind == "city":
+                    entities |= {(head, name, funql.ANY_STATE), (head, name, f"'{entity[2]}'")}
+                else:
+                    entities.add((head, name))
+        return predicates | {funql.unparse(entity) for entity in entities}
 
     def slot_args(self, node: tuple) -> tuple:
         if node[0] in funql.KINDS and node[1:] == (funql.ALL,):

@@ -28,7 +28,9 @@ class Featurizer:
     ``fit`` learned, so a checkpoint alone can rebuild the model.
     """
 
-    def fit(self, examples: Sequence[Example]) -> "Featurizer":
+    def fit(self, examples: Sequence[Example], world: Any = None) -> "Featurizer":
+        """Learn the inventories from the training ``examples``; ``world`` is the dataset's database (or None), for
+        featurizers whose inventory also takes its constants (span_cky's Σ holds every geobase entity)."""
         raise NotImplementedError
 
     def prepare(self, examples: Sequence[Example]) -> None:
@@ -99,13 +101,14 @@ class Parser(L.LightningModule):
 
     @classmethod
     def build(cls, train: Sequence[Example], formalism: str, featurizer: dict | None = None,
-              featurizer_state: dict | None = None, **hparams) -> "Parser":
-        """Fit a featurizer on ``train`` (or restore it from a checkpoint's state) and construct the model."""
+              featurizer_state: dict | None = None, world: Any = None, **hparams) -> "Parser":
+        """Fit a featurizer on ``train`` and ``world`` (or restore it from a checkpoint's state) and construct the
+        model."""
         cls.check_formalism(formalism)
         if featurizer_state is not None:
             fitted = cls.featurizer_class.from_state_dict(featurizer_state)
         else:
-            fitted = cls.featurizer_class(**(featurizer or {})).fit(train)
+            fitted = cls.featurizer_class(**(featurizer or {})).fit(train, world)
         return cls(fitted, formalism, **hparams)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

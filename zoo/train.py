@@ -98,7 +98,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     restored = resume_from or tested
     featurizer_state = torch.load(restored, weights_only=False)["featurizer"] if restored else None
     model = model_cls.build(datamodule.train, spec.formalism, featurizer=featurizer,
-                            featurizer_state=featurizer_state, **params)
+                            featurizer_state=featurizer_state, world=datamodule.world, **params)
     datamodule.attach(model.featurizer)
 
     monitor = f"val/{model.primary_metric}"
