@@ -169,7 +169,8 @@ class SpanBasedParser(Parser):
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
         self.save_hyperparameters(ignore=["featurizer"])
         if encoder == "minilm":
-            self.encoder = AutoModel.from_pretrained(minilm_path())
+            # from_pretrained returns the model in eval mode, and Lightning keeps modules' modes: train it
+            self.encoder = AutoModel.from_pretrained(minilm_path()).train()
             width = self.encoder.config.hidden_size
         else:
             self.embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
