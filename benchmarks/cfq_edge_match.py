@@ -16,13 +16,12 @@ An unparsable prediction counts as wrong.
     python benchmarks/cfq_edge_match.py                  # every CFQ run of results/runs.csv with its predictions
     python benchmarks/cfq_edge_match.py --model ggd --data cfq_mcd1
 
-It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.atomic_path``), one row per run. A run whose
+It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.write_rows``), one row per run. A run whose
 predictions file no longer matches its row's exact match (the directory was reused) is skipped with a warning.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
-from zoo.results import atomic_path, read_rows  # noqa: E402
+from zoo.results import read_rows, write_rows  # noqa: E402
 
 NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
 TOLERANCE = 1e-4  # a predictions file must reproduce its row's exact match to this precision
@@ -97,10 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['model']:>6} {row['variant']:>13} {row['data']:>17} seed {row['seed']}: exact match "
               f"{100 * scores['test_exact_match']:.2f}, edge exact match {100 * scores['test_edge_exact_match']:.2f}")
     if table:
-        with atomic_path(args.out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
+        write_rows(args.out, table)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
 

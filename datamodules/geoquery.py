@@ -3,8 +3,8 @@
 Files: ``geoquery_funql/funql/<part><suffix>.json``, JSON lines ``{"question", "program"}``; the mapping from split
 to file suffix is span-based-sp's ``run_span.py`` (``../shared/data/geoquery_funql/PROVENANCE.md``). Where the
 matching ``<part><suffix>_spans.json`` has the same (question, program) pair, its gold span tree goes to
-``meta["gold_spans"]`` (train and dev only, the paper's supervised-spans setting; the spans files are optional
-and cover 513/57 of 540/60 IID examples, the ones whose programs could be aligned to spans).
+``meta["gold_spans"]``: train for span_cky's ``gold_trees`` setting, test for its tree F1 (§4.4). The spans files
+are optional and cover the examples whose programs could be aligned to spans (513/57/256 of 540/60/280 IID).
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from datamodules.base import json_record, read_examples, register, require
 
 SPLITS = {"iid": "", "template": "_template", "length": "_len"}
 PARTS = ("train", "dev", "test")
-SPAN_PARTS = ("train", "dev")
 GEOBASE = "geoquery_funql/geobase.pl"  # the Prolog facts FunQL programs execute against
 EXPECTED = 'a JSON object {"question": str, "program": str}'
 EXPECTED_SPANS = 'a JSON object {"question": str, "program": str, "gold_spans": [{"span": [i, j], "type": str}, ...]}'
@@ -39,7 +38,7 @@ def make_reader(name: str, suffix: str):
               description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
     def read(root: str):
         splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED) for part, rel in files.items()}
-        for part in SPAN_PARTS:
+        for part in PARTS:
             spans_path = Path(root) / f"geoquery_funql/funql/{part}{suffix}_spans.json"
             if spans_path.is_file():
                 spans = {(e.utterance, e.program): e.meta["gold_spans"]

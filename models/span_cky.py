@@ -31,7 +31,7 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
 from models import cky
-from models.span_programs import span_language
+from models.span_programs import gold_span_tree, labeled_spans, span_language
 from zoo.parser import Featurizer, Parser
 from zoo.pretrained import minilm_path
 from zoo.registry import register_model
@@ -110,7 +110,13 @@ class SpanFeaturizer(Featurizer):
             raise ValueError(f"empty utterance for program {example.program[:60]!r}")
         matches = [(i, j, c) for i in range(len(tokens)) for j in range(i + 1, min(len(tokens), i + MAX_PHRASE) + 1)
                    for c in self.lexicon.get(" ".join(tokens[i:j]), ())]
-        item = {"n": len(tokens), "matches": matches, "program": example.program}
+        gold_spans = example.meta.get("gold_spans")
+        gold_tree = None if gold_spans is None else gold_span_tree(len(tokens), example.program, gold_spans,
+                                                                    self.language, self.categories)
+        # the annotated tree as training labels (gold_trees) and as the labeled spans tree F1 compares
+        item = {"n": len(tokens), "matches": matches, "program": example.program,
+                "gold_labels": None if gold_tree is None else self.tree_labels(gold_tree, len(tokens)),
+                "gold_spans": None if gold_tree is None else frozenset(labeled_spans(gold_tree, self.categories))}
         if self.tokenizer is None:
             unk = self.words[UNK]
             return {**item, "ids": [self.words.get(t, unk) for t in tokens]}
@@ -129,11 +135,21 @@ class SpanFeaturizer(Featurizer):
             return nn.utils.rnn.pad_sequence([torch.tensor(item[key]) for item in items], batch_first=True)
 
         batch = {"ids": pad("ids"), "lengths": torch.tensor([item["n"] for item in items]),
-                 "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items]}
+                 "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items],
+                 "gold_labels": [item["gold_labels"] for item in items],
+                 "gold_spans": [item["gold_spans"] for item in items]}
         if self.tokenizer is not None:  # word pieces: ids are pieces; a word starts at first, ends at last
             batch.update(first=pad("first"), last=pad("last"),
                          piece_mask=pad_mask([len(item["ids"]) for item in items], batch["ids"].shape[1]))
         return batch
+
+    def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
+        """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
+        labels = torch.full((n + 1, n + 1), self.phi, dtype=torch.long)
+        for node in tree.nodes():
+            if node.label != cky.PHI:
+                labels[node.start, node.end] = self.join if node.label == cky.JOIN else node.label
+        return labels
 
     def composition(self, program: str):
         """The hard-EM constraint of a gold program (None: not a composition of Σ), computed once."""
@@ -163,7 +179,7 @@ class SpanBasedParser(Parser):
     def __init__(self, featurizer: SpanFeaturizer, formalism: str, encoder: str = "lstm", embedding_dim: int = 128,
                  hidden_size: int = 128, num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250,
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
-                 lr: float = 1e-3, encoder_lr: float = 5e-5):
+                 lr: float = 1e-3, encoder_lr: float = 5e-5, gold_trees: bool = False):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
@@ -230,35 +246,32 @@ class SpanBasedParser(Parser):
         return cky.parse(shifted[..., :featurizer.join], shifted[..., featurizer.join], k=k or self.hparams.k,
                          ternary=self.hparams.ternary, composition=composition)
 
-    def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
-        """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
-        labels = torch.full((n + 1, n + 1), self.featurizer.phi, dtype=torch.long)
-        for node in tree.nodes():
-            if node.label != cky.PHI:
-                labels[node.start, node.end] = self.featurizer.join if node.label == cky.JOIN else node.label
-        return labels
-
-    def latent_trees(self, scores: torch.Tensor, batch: dict[str, Any]) -> list[cky.SpanNode | None]:
-        """Hard-EM's E step (§3.3): per example, the best tree under ``scores`` whose program is the gold one."""
-        trees = []
+    def training_labels(self, scores: torch.Tensor, batch: dict[str, Any]) -> list[torch.Tensor | None]:
+        """Per example, the [n+1, n+1] span labels to train on: hard-EM's E step (§3.3), the best tree under
+        ``scores`` whose program is the gold one; with ``gold_trees``, the annotated tree of ``*_spans.json``.
+        None where an example has no such tree."""
+        if self.hparams.gold_trees:
+            return batch["gold_labels"]
+        labels = []
         for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
             composition = self.featurizer.composition(program)
             # one chart entry per sub-program of the gold: the constrained search is then exact, not K-best
             best = None if composition is None else next(
                 self._chart(scores[example], n, composition, k=len(composition.table)).trees(), None)
-            trees.append(None if best is None else best[1])
-        return trees
+            labels.append(None if best is None else self.featurizer.tree_labels(best[1], n))
+        return labels
 
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor | None, int]:
         """Cross-entropy of every span against the latent tree, averaged over spans, then over the examples that
         have a tree; and how many have none (None loss when no example has one)."""
         scores = self(batch)
         losses = []
-        for example, (tree, n) in enumerate(zip(self.latent_trees(scores.detach(), batch), batch["lengths"].tolist())):
-            if tree is not None:
+        for example, (labels, n) in enumerate(zip(self.training_labels(scores.detach(), batch),
+                                                  batch["lengths"].tolist())):
+            if labels is not None:
                 spans = torch.triu_indices(n + 1, n + 1, offset=1, device=scores.device)  # every span i < j
-                labels = self.tree_labels(tree, n).to(scores.device)[spans[0], spans[1]]
-                losses.append(F.cross_entropy(scores[example, spans[0], spans[1]], labels))
+                losses.append(F.cross_entropy(scores[example, spans[0], spans[1]],
+                                              labels.to(scores.device)[spans[0], spans[1]]))
         skipped = len(batch["programs"]) - len(losses)
         return (torch.stack(losses).mean() if losses else None), skipped
 
@@ -273,19 +286,51 @@ class SpanBasedParser(Parser):
         self.log("train/no_tree", float(self.no_tree))  # §3.3: examples skipped for want of a tree, this epoch
         self.no_tree = 0
 
-    @torch.no_grad()
-    def parse(self, batch: dict[str, Any]) -> list[str]:
-        """The program of the best tree whose sub-programs compose (§3.2); "" when none of the first
-        ``max_trees`` root candidates does (scored wrong)."""
-        scores = self(batch)
+    def decode(self, scores: torch.Tensor, n: int) -> tuple[str, set[tuple[int, int, str]] | None]:
+        """CKY inference for one utterance of ``n`` words from its span scores (§3.2): the program of the best tree
+        whose sub-programs compose, and that tree's labeled spans; ("", None) when none of the first ``max_trees``
+        root candidates composes (scored wrong)."""
         language, categories = self.featurizer.language, self.featurizer.categories
-        programs = []
+        chart = self._chart(scores, n)
+        candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
+                            self.hparams.max_trees)
+        for _, meaning, back in candidates:
+            program = language.program(meaning)
+            if program is not None:
+                return program, labeled_spans(chart.tree(back, 0, n), categories)
+        return "", None
+
+    @torch.no_grad()
+    def parse_with_details(self, batch: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        """Programs by ``decode``. Details: the tree as the labeled spans of §4.4 (``[first word, last word,
+        category or "join"]``), and where a gold tree exists, [spans shared, predicted, gold] for tree F1."""
+        scores = self(batch)
+        programs, details = [], []
         for example, n in enumerate(batch["lengths"].tolist()):
-            candidates = self._chart(scores[example], n).meanings(lambda c: language.leaf(categories[c]),
-                                                                   language.compose)
-            programs.append(next((program for _, meaning, _ in islice(candidates, self.hparams.max_trees)
-                                  if (program := language.program(meaning)) is not None), ""))
-        return programs
+            program, spans = self.decode(scores[example], n)
+            programs.append(program)
+            detail = {"span_tree": None if spans is None else [list(span) for span in sorted(spans)]}
+            gold_spans = batch["gold_spans"][example]
+            if gold_spans is not None:
+                spans = spans or set()
+                detail["gold_spans_matched"] = [len(spans & gold_spans), len(spans), len(gold_spans)]
+            details.append(detail)
+        return programs, details
+
+    def parse(self, batch: dict[str, Any]) -> list[str]:
+        return self.parse_with_details(batch)[0]
+
+    def on_test_epoch_end(self) -> None:
+        """Tree F1 against the gold trees (§4.4, Table 3): labeled spans without φ, summed over the test examples
+        that have a gold tree; a prediction without a tree counts its gold spans as missed."""
+        super().on_test_epoch_end()
+        matched = predicted = gold = 0
+        for row in self.test_predictions:
+            if "gold_spans_matched" in row:
+                m, p, g = row["gold_spans_matched"]
+                matched, predicted, gold = matched + m, predicted + p, gold + g
+        if gold:
+            self.log("test/span_f1", 2 * matched / (predicted + gold), sync_dist=False)
 
     def configure_optimizers(self):
         if self.hparams.encoder != "minilm":

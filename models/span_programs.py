@@ -192,6 +192,55 @@ class SpanLanguage:
         return root
 
 
+def gold_span_tree(n_words: int, program: str, gold_spans: list[dict], language: SpanLanguage,
+                   categories: list[str]):
+    """The authors' annotated tree (``*_spans.json``: inclusive word spans typed ``span`` for join, the constant
+    for a leaf, gaps left out as φ) as a ``models.cky.SpanNode`` whose constant labels index ``categories``; None
+    when it cannot be one: not rooted at the whole utterance (a few index BERT word pieces), a join without
+    children (incomplete in the data), or a constant missing from ``categories``."""
+    from models.cky import JOIN, PHI, SpanNode
+
+    # the files name entities "stateid#'texas'"; the gold program says which cityid ( 'austin', _ ) that is
+    constants = {f"{head}#{args[0]}": label for label in language.categories(program)
+                 if "(" in label for head, *args in [language.leaf(label)]}
+    index = {category: i for i, category in enumerate(categories)}
+    try:
+        items = sorted(((s["span"][0], s["span"][1] + 1, s["type"]) for s in gold_spans), key=lambda t: (t[0], -t[1]))
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not items or items[0][:2] != (0, n_words):
+        return None
+
+    def build(start: int, end: int, label: str, inner: list) -> SpanNode | None:
+        if label != "span":
+            category = index.get(constants.get(label, label))
+            return None if category is None or inner else SpanNode(start, end, category)
+        children, position, i = [], start, 0
+        while i < len(inner):
+            a, b, child_label = inner[i]
+            nested = [t for t in inner[i + 1:] if a <= t[0] and t[1] <= b]
+            if position < a:
+                children.append(SpanNode(position, a, PHI))
+            children.append(build(a, b, child_label, nested))
+            position, i = b, i + 1 + len(nested)
+        if children and position < end:
+            children.append(SpanNode(position, end, PHI))
+        if not children or any(child is None for child in children):
+            return None
+        return SpanNode(start, end, JOIN, tuple(children))
+
+    return build(*items[0], items[1:])
+
+
+def labeled_spans(tree, categories: list[str]) -> set[tuple[int, int, str]]:
+    """A span tree as the set the paper's tree F1 compares (§4.4): (first word, last word, category or "join")
+    of every node but φ."""
+    from models.cky import JOIN, PHI
+
+    return {(node.start, node.end - 1, "join" if node.label == JOIN else categories[node.label])
+            for node in tree.nodes() if node.label != PHI}
+
+
 def _nodes(tree: Tree) -> Iterable[Tree]:
     yield tree
     if isinstance(tree, tuple):

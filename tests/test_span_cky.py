@@ -1,5 +1,7 @@
 """models/span_cky.py: a tiny SpanBasedSP learns trees it was never shown (hard-EM) and parses its training set;
 smoke runs through benchmarks/run.py; a dataset whose programs have no span types is refused."""
+import json
+
 import pytest
 import torch
 
@@ -13,11 +15,11 @@ from zoo.parser import UnsupportedFormalismError
 from zoo.train import run
 
 
-def overfit(examples, formalism, steps):
+def overfit(examples, formalism, steps, **hparams):
     featurizer = SpanFeaturizer(formalism).fit(examples)
     torch.manual_seed(0)
     model = SpanBasedParser(featurizer, formalism, embedding_dim=32, hidden_size=32, num_layers=1, dropout=0.0,
-                            lr=2e-2)
+                            lr=2e-2, **hparams)
     batch = featurizer.collate([featurizer.encode(e) for e in examples])
     optimizer = model.configure_optimizers()
     for _ in range(steps):
@@ -36,12 +38,25 @@ def test_tiny_span_parser_overfits_16_geoquery_examples():
 
 
 @needs_mirror
-@pytest.mark.parametrize("data", ["geo_funql_iid", "scan_sp_simple"])
-def test_smoke_run(tmp_path, data):
-    cfg = compose_run("model=span_cky", f"data={data}", "debug=smoke", f"results_file={tmp_path / 'runs.csv'}")
+def test_tiny_span_parser_learns_from_the_authors_gold_trees():
+    examples = [e for e in read_splits("geo_funql_iid")["train"] if "gold_spans" in e.meta][:16]
+    assert all(overfit(examples, "funql", steps=60, gold_trees=True))
+
+
+@needs_mirror
+@pytest.mark.parametrize("data,encoder", [("geo_funql_iid", "lstm"), ("geo_funql_iid", "minilm"),
+                                          ("scan_sp_simple", "lstm")])
+def test_smoke_run(tmp_path, data, encoder):
+    cfg = compose_run("model=span_cky", f"model.params.encoder={encoder}", f"data={data}", "debug=smoke",
+                      f"results_file={tmp_path / 'runs.csv'}")
     row = run(cfg, tmp_path / "run")
-    assert row["model"] == "span_cky" and 0.0 <= row["test_exact_match"] <= 1.0
-    assert (tmp_path / "run" / "predictions.jsonl").read_text().count("\n") == row["n_test"]
+    assert row["model"] == "span_cky" and row["variant"] == encoder and 0.0 <= row["test_exact_match"] <= 1.0
+    predictions = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == row["n_test"]
+    for prediction in predictions:  # the tree of every non-empty prediction: [first word, last word, label]
+        assert (prediction["span_tree"] is None) == (prediction["prediction"] == "")
+    if data.startswith("geo"):  # tree F1 against the authors' annotated test trees (§4.4)
+        assert 0.0 <= row["test_span_f1"] <= 1.0
 
 
 def test_a_dataset_without_span_types_is_refused_before_training():
@@ -63,3 +78,23 @@ def test_lexicon_holds_entity_names_and_the_manual_phrases():
     geo = SpanFeaturizer("funql").fit([Example("where is new york ?", "answer ( loc_1 ( stateid ( 'new york' ) ) )",
                                                {})])
     assert [geo.categories[c] for c in geo.lexicon["new york"]] == ["stateid ( 'new york' )"]
+
+
+@needs_mirror
+def test_sigma_holds_every_geobase_entity_and_funql_predicate():
+    from datamodules.datamodule import load_world
+
+    train = [Example("where is new york ?", "answer ( loc_1 ( stateid ( 'new york' ) ) )", {})]
+    featurizer = SpanFeaturizer("funql").fit(train, load_world("geo_funql_iid"))
+    for unseen in ("stateid ( 'new jersey' )", "cityid ( 'austin', _ )", "cityid ( 'austin', 'tx' )", "longer"):
+        assert unseen in featurizer.categories
+    named = {featurizer.categories[c] for c in featurizer.lexicon["austin"]}
+    assert named == {"cityid ( 'austin', _ )", "cityid ( 'austin', 'tx' )"}  # the copying mechanism of §3.3
+
+
+def test_minilm_spans_run_from_a_words_first_piece_to_its_last():
+    featurizer = SpanFeaturizer("scan_sp", encoder="minilm").fit([Example("jump", "i_jump ( )", {})])
+    item = featurizer.encode(Example("jump unaffordably", "i_jump ( )", {}))
+    pieces = featurizer.tokenizer.convert_ids_to_tokens(item["ids"])
+    assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]" and len(pieces) > 4  # the second word is split
+    assert item["first"] == [1, 2] and item["last"] == [1, len(pieces) - 2]

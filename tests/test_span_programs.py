@@ -7,7 +7,7 @@ import torch
 
 from models import cky
 from models.cky import JOIN, PHI, SpanNode
-from models.span_programs import Partial, span_language
+from models.span_programs import Partial, gold_span_tree, labeled_spans, span_language
 from zoo.formalisms import get_formalism
 
 from conftest import DATA_ROOT, needs_mirror
@@ -65,45 +65,14 @@ def test_a_formalism_without_span_types_is_refused():
         span_language("cfq_sparql")
 
 
-def word_span_tree(question, program, spans, language):
-    """The authors' gold span tree (inclusive ends, "span" = join, gaps = φ) as a SpanNode over words, with its
-    labels; None when it is over word pieces or leaves a join without children (incomplete in the data)."""
-    constants = {f"{head}#{args[0]}": label for label in language.categories(program)
-                 if "(" in label for head, *args in [language.leaf(label)]}
-    items = sorted(((s["span"][0], s["span"][1] + 1, s["type"]) for s in spans), key=lambda t: (t[0], -t[1]))
-    if items[0][:2] != (0, len(question.split())):
-        return None, None
-    labels = []
-
-    def build(start, end, label, inner):
-        children, position, index = [], start, 0
-        while index < len(inner):
-            a, b, child_label = inner[index]
-            nested = [t for t in inner[index + 1:] if a <= t[0] and t[1] <= b]
-            if position < a:
-                children.append(SpanNode(position, a, PHI))
-            children.append(build(a, b, child_label, nested))
-            position, index = b, index + 1 + len(nested)
-        if children and position < end:
-            children.append(SpanNode(position, end, PHI))
-        if label == "span":
-            complete = children and all(child is not None for child in children)
-            return SpanNode(start, end, JOIN, tuple(children)) if complete else None
-        label = constants.get(label, label)
-        labels.append(label) if label not in labels else None
-        return SpanNode(start, end, labels.index(label))
-
-    tree = build(*items[0], items[1:])
-    return (tree, labels) if tree is not None else (None, None)
-
-
 @needs_mirror
 def test_program_of_the_authors_gold_trees_is_the_gold_program():
     formalism = get_formalism("funql")
     right = complete = 0
     for line in open(DATA_ROOT / "geoquery_funql" / "funql" / "train_spans.json"):
         record = json.loads(line)
-        tree, labels = word_span_tree(record["question"], record["program"], record["gold_spans"], funql)
+        labels = sorted(funql.categories(record["program"]))
+        tree = gold_span_tree(len(record["question"].split()), record["program"], record["gold_spans"], funql, labels)
         if tree is None:
             continue
         complete += 1
@@ -136,3 +105,40 @@ def test_constrained_cky_recovers_the_gold_program(language, path, k, ternary):
     with open(DATA_ROOT / path) as f:
         records = [json.loads(next(f)) for _ in range(40)]
     assert all(recovered(language, record, k, ternary, seed) for seed, record in enumerate(records))
+
+
+def test_the_non_projective_example_of_figure_3_needs_the_ternary_rule():
+    # "state with the most people": population_1 composes with the state two words away, around "most"
+    program = "answer ( largest_one ( population_1 ( state ( all ) ) ) )"
+    labels = sorted(funql.categories(program))
+    composition = funql.composition_table(program, labels)
+    words = "state with the most people".split()
+    n = len(words)
+    constant_scores = torch.full((n + 1, n + 1, len(labels)), float("-inf"))  # each constant on its word only
+    for word, label in (("state", "state"), ("most", "largest_one"), ("people", "population_1")):
+        constant_scores[words.index(word), words.index(word) + 1, labels.index(label)] = 1.0
+    join_scores = torch.randn(n + 1, n + 1, generator=torch.Generator().manual_seed(0))
+    programs = {}
+    for ternary in (False, True):
+        chart = cky.parse(constant_scores, join_scores, k=len(composition.table), ternary=ternary,
+                          composition=composition)
+        programs[ternary] = [funql.program(funql.tree_item(tree, labels)) for _, tree, _ in chart.trees()]
+    assert programs[False] == []
+    assert programs[True] and set(programs[True]) == {program}
+
+
+def test_gold_span_tree_reads_the_authors_annotation_and_gives_its_labeled_spans():
+    program = "answer ( population_1 ( stateid ( 'minnesota' ) ) )"  # "what is the population of minnesota ?"
+    spans = [{"span": [0, 6], "type": "span"}, {"span": [3, 6], "type": "span"},
+             {"span": [3, 3], "type": "population_1"}, {"span": [5, 5], "type": "stateid#'minnesota'"},
+             {"span": [3, 4], "type": "span"}, {"span": [5, 6], "type": "span"}]
+    labels = ["population_1", "stateid ( 'minnesota' )"]
+    tree = gold_span_tree(7, program, spans, funql, labels)
+    assert funql.program(funql.tree_item(tree, labels)) == program
+    # φ: "what is the" before the meaning, "of" after population_1, "?" after the state
+    assert [(node.start, node.end) for node in tree.nodes() if node.label == PHI] == [(0, 3), (4, 5), (6, 7)]
+    assert labeled_spans(tree, labels) == {(0, 6, "join"), (3, 6, "join"), (3, 4, "join"), (3, 3, "population_1"),
+                                           (5, 6, "join"), (5, 5, "stateid ( 'minnesota' )")}
+    assert gold_span_tree(8, program, spans, funql, labels) is None  # not rooted at the whole utterance
+    assert gold_span_tree(7, program, spans, funql, ["population_1"]) is None  # a constant outside Σ
+    assert gold_span_tree(7, program, spans[:1], funql, labels) is None  # a join without children

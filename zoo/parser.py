@@ -131,13 +131,20 @@ class Parser(L.LightningModule):
     def parse(self, batch: dict[str, Any]) -> list[str]:
         raise NotImplementedError
 
+    def parse_with_details(self, batch: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        """The programs of ``parse`` and, per example, extra fields for its row of predictions.jsonl (span_cky:
+        the span tree). Override this instead of ``parse`` to report more than the program."""
+        programs = self.parse(batch)
+        return programs, [{} for _ in programs]
+
     # ----- shared evaluation ----------------------------------------------------------------------------------
-    def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection) -> tuple[list[str], list[ExampleScore]]:
-        predictions = self.parse(batch)
+    def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection
+                  ) -> tuple[list[str], list[dict[str, Any]], list[ExampleScore]]:
+        predictions, details = self.parse_with_details(batch)
         scores = self.scorer.score_batch(predictions, batch["examples"])
         metrics.update(scores)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(scores))
-        return predictions, scores
+        return predictions, details, scores
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
@@ -146,10 +153,10 @@ class Parser(L.LightningModule):
         self.test_predictions = []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        predictions, scores = self._evaluate(batch, self.test_metrics)
-        for example, prediction, score in zip(batch["examples"], predictions, scores):
+        predictions, details, scores = self._evaluate(batch, self.test_metrics)
+        for example, prediction, detail, score in zip(batch["examples"], predictions, details, scores):
             row = {"utterance": example.utterance, "gold": example.program, "prediction": prediction,
-                   "correct": score.exact_match}
+                   "correct": score.exact_match, **detail}
             if score.denotation is not None:
                 row["denotation_correct"] = score.denotation
             if score.error is not None:

@@ -62,6 +62,15 @@ def append_row(path: str | Path, row: dict[str, Any]) -> None:
             writer.writerows(rows + [{k: _cell(v) for k, v in row.items()}])
 
 
+def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Replace the CSV at ``path`` with ``rows`` (a table a benchmark script recomputes as a whole)."""
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    with _atomic_writer(Path(path)) as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, restval="")
+        writer.writeheader()
+        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+
+
 def _cell(value: Any) -> Any:
     return f"{value:.6g}" if isinstance(value, float) else value
 
