@@ -105,8 +105,8 @@ def test_meta_on_mirror():
     assert scan_sp.meta["answer"].startswith("I_TURN_LEFT I_RUN")
     assert read_splits("cogs_gen", MIRROR, cache=False)["test"][0].meta["type"] == "prim_to_subj_proper"
     geo = read_splits("geo_funql_iid", MIRROR, cache=False)
-    # *_spans.json cover the alignable examples: 513 of 540 train, 57 of 60 dev (PROVENANCE); test stays bare
-    assert [sum("gold_spans" in e.meta for e in geo[p]) for p in ("train", "dev", "test")] == [513, 57, 0]
+    # *_spans.json cover the alignable examples: 513 of 540 train, 57 of 60 dev, 256 of 280 test (PROVENANCE)
+    assert [sum("gold_spans" in e.meta for e in geo[p]) for p in ("train", "dev", "test")] == [513, 57, 256]
     assert geo["train"][0].meta["gold_spans"][0] == {"span": [0, 6], "type": "span"}
     atis = read_splits("atis_sql_template", MIRROR, cache=False)
     first = atis["train"][0]
