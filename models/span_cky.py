@@ -175,6 +175,7 @@ class SpanBasedParser(Parser):
 
     featurizer_class = SpanFeaturizer
     supported_formalisms = ("funql", "scan_sp")
+    primary_metric = "denotation"  # the paper early-stops on dev denotation accuracy (Appendix); both languages run
 
     def __init__(self, featurizer: SpanFeaturizer, formalism: str, encoder: str = "lstm", embedding_dim: int = 128,
                  hidden_size: int = 128, num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250,
