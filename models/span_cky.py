@@ -3,16 +3,19 @@
 Every span (i, j) of the utterance gets a distribution over categories ``Σ ∪ {join, φ}`` (§3.1, Eq. 2-3): the
 encoder's states of its first and last word, ``[h_i; h_j]``, through a one-hidden-layer network (250 units), plus
 ``λ·δ(x_ij, c)`` where a lexicon says the phrase names constant c (§3.3, "exact match features": entity names,
-and the manual lexicon ``models/lexicons/<formalism>.json``). Σ is the set of
-domain constants of the training programs (``models.span_programs``).
+and the manual lexicon ``models/lexicons/<formalism>.json``). Σ is the set of domain constants (§2): those of the
+training programs, every predicate of the language and every entity of the dataset's database (GeoQuery's geobase),
+so an entity first named at test time is reachable through its name (``models.span_programs``).
 
 Training (§3.3) has programs only, no trees: for each example a constrained CKY (``models.cky`` with the gold
 program's ``Composition``) finds the best tree under the current scores whose program is the gold one (hard-EM), and
 the loss is the cross-entropy of every span against that tree's labels (a node's category; φ for every span that is
-no node), averaged over spans. Examples without such a tree are skipped and counted (``train/no_tree``).
+no node), averaged over spans. Examples without such a tree are skipped and counted (``train/no_tree``). With
+``gold_trees`` the labels come from the authors' annotated trees (``*_spans.json``, Table 2's "gold trees" rows).
 Inference (§3.2) runs K-best CKY (K = 5) and returns the program of the best tree whose sub-programs compose
 (``models.span_programs``); an utterance with no valid tree gets an empty prediction, which scores wrong. With
-``ternary`` the grammar has the non-projective rule ``join := join join join`` (§3.4).
+``ternary`` the grammar has the non-projective rule ``join := join join join`` (§3.4). Each prediction's tree goes to
+predictions.jsonl, and ``test/span_f1`` is the F1 of its labeled spans against the annotated trees (§4.4, Table 3).
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
@@ -38,12 +41,12 @@ from zoo.registry import register_model
 from zoo.types import Example
 
 PAD, UNK = "<pad>", "<unk>"
+MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
+ENCODERS = ("lstm", "minilm")
 
 
 def pad_mask(lengths: list[int], width: int) -> torch.Tensor:
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
-MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
-ENCODERS = ("lstm", "minilm")
 
 
 def manual_lexicon(formalism: str) -> dict[str, list[str]]:
