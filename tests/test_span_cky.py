@@ -99,3 +99,18 @@ def test_minilm_spans_run_from_a_words_first_piece_to_its_last():
     pieces = featurizer.tokenizer.convert_ids_to_tokens(item["ids"])
     assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]" and len(pieces) > 4  # the second word is split
     assert item["first"] == [1, 2] and item["last"] == [1, len(pieces) - 2]
+
+
+def test_longer_sentences_parse_and_no_valid_tree_gives_an_empty_prediction():
+    train = [Example("walk left", "i_walk ( i_left )", {}), Example("jump", "i_jump ( )", {})]
+    featurizer = SpanFeaturizer("scan_sp").fit(train)
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    longer = Example("jump and walk left after walk left twice and jump thrice", "i_jump ( )", {})
+    programs, details = model.parse_with_details(featurizer.collate([featurizer.encode(longer)]))
+    assert isinstance(programs[0], str) and (details[0]["span_tree"] is None) == (programs[0] == "")
+    # "left" when the scores allow only i_left: a direction is no command, so no tree composes
+    scores = torch.full((2, 2, len(featurizer.categories) + 2), float("-inf"))
+    scores[0, 1, featurizer.categories.index("i_left")] = scores[0, 1, featurizer.phi] = 0.0
+    assert model.decode(scores, 1) == ("", None)
+    assert exact_match_flags([""], ["i_walk ( )"], get_formalism("scan_sp")) == [False]
