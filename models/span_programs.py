@@ -89,6 +89,10 @@ class SpanLanguage:
         """Constants of Σ the language and its database define, used by a training program or not."""
         return set()
 
+    def entity_kind(self, category: str) -> str | None:
+        """The kind of entity constant a category is (its entities may share one span score), None if none."""
+        return None
+
     # ----- shared ---------------------------------------------------------------------------------------------
     def compose(self, left: Item, right: Item) -> Item | None:
         """The sub-program of a join node over ``left`` and ``right`` (in sentence order), or None."""
@@ -331,6 +335,13 @@ class FunQLSpans(SpanLanguage):
                 else:
                     entities.add((head, name))
         return predicates | {funql.unparse(entity) for entity in entities}
+
+    def entity_kind(self, category: str) -> str | None:
+        """``stateid``, ``riverid``, ...; a city named with its state is a kind of its own (``cityid+state``)."""
+        leaf = self.leaf(category)
+        if not (isinstance(leaf, tuple) and leaf[0] in funql.CONSTANTS):
+            return None
+        return "cityid+state" if leaf[0] == "cityid" and leaf[2] != funql.ANY_STATE else leaf[0]
 
     def slot_args(self, node: tuple) -> tuple:
         if node[0] in funql.KINDS and node[1:] == (funql.ALL,):

@@ -114,3 +114,21 @@ def test_longer_sentences_parse_and_no_valid_tree_gives_an_empty_prediction():
     scores[0, 1, featurizer.categories.index("i_left")] = scores[0, 1, featurizer.phi] = 0.0
     assert model.decode(scores, 1) == ("", None)
     assert exact_match_flags([""], ["i_walk ( )"], get_formalism("scan_sp")) == [False]
+
+
+@needs_mirror
+def test_entities_of_one_kind_share_a_score_and_the_lexicon_picks_the_one_named():
+    from datamodules.datamodule import load_world
+
+    train = [Example("how many people live in austin ?", "answer ( population_1 ( cityid ( 'austin', _ ) ) )", {})]
+    featurizer = SpanFeaturizer("funql").fit(train, load_world("geo_funql_iid"))
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    batch = featurizer.collate([featurizer.encode(Example("how many people live in houston ?", "", {}))])
+    scores = model(batch)[0, 5, 6]  # the span "houston"
+    houston, austin = (featurizer.categories.index(f"cityid ( '{city}', _ )") for city in ("houston", "austin"))
+    assert torch.isclose(scores[houston] - scores[austin], torch.tensor(model.hparams.lexicon_weight))
+    untied = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1,
+                             share_entity_scores=False)
+    assert untied.span_scorer[-1].out_features == len(featurizer.categories) + 2
+    assert model.span_scorer[-1].out_features < 100  # predicates, a row per entity kind, join and φ
