@@ -8,7 +8,7 @@ Two measurements, both after the encoder pass (the span scores are computed firs
 * synthetic sentences longer than the data has: random span scores over the checkpoint's Σ, the chart alone and
   the chart with the search.
 
-    python benchmarks/span_cky_speed.py runs/span_cky-minilm/geo_funql_iid/seed1/checkpoints/best.ckpt
+    python benchmarks/span_cky_speed.py runs/span_cky-spanbasedsp/geo_funql_iid/seed1/checkpoints/best.ckpt
 
 It rewrites ``results/span_cky_speed.csv`` (atomically, ``zoo.results.write_rows``): one row per (source, length)
 and one ``all`` row per source; times in milliseconds unless the column says seconds.
