@@ -22,6 +22,8 @@ output row): entities of one kind (``stateid``, ``cityid``, ``cityid`` with a st
 so the network says "a state is named here" and the lexicon says which. With a row per entity, the rows of entities
 absent from training only ever learn to score low, and the lexicon's λ cannot lift them above the entities seen in
 the same contexts: with MiniLM on ``geo_funql_iid``, 0 of the 25 test questions naming such an entity came out right.
+The loss's softmax (Eq. 3) is then over the rows, a kind scoring as its best entity (``row_scores``): over the
+categories, a kind's row would count once per entity of it, and its entity spans could never reach probability 1.
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
@@ -257,6 +259,14 @@ class SpanBasedParser(Parser):
                 scores[example, i, j, c] += self.hparams.lexicon_weight
         return scores
 
+    def row_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """Category scores [..., C] to the distribution the loss trains, over the network's rows [..., R]: a row
+        shared by the entities of a kind scores as its best entity (the kind's score, plus λ where the lexicon names
+        one of them), so the softmax has the kind once, not once per entity of it; without sharing, the identity."""
+        index = self.score_rows.expand_as(scores)
+        empty = scores.new_full((*scores.shape[:-1], int(self.score_rows.max()) + 1), float("-inf"))
+        return empty.scatter_reduce(-1, index, scores, "amax")
+
     def _chart(self, scores: torch.Tensor, n: int, composition=None, k: int | None = None) -> cky.Chart:
         featurizer = self.featurizer
         shifted = cky.shift(scores[:n + 1, :n + 1], featurizer.phi)
@@ -287,8 +297,8 @@ class SpanBasedParser(Parser):
                                                   batch["lengths"].tolist())):
             if labels is not None:
                 spans = torch.triu_indices(n + 1, n + 1, offset=1, device=scores.device)  # every span i < j
-                losses.append(F.cross_entropy(scores[example, spans[0], spans[1]],
-                                              labels.to(scores.device)[spans[0], spans[1]]))
+                losses.append(F.cross_entropy(self.row_scores(scores[example, spans[0], spans[1]]),
+                                              self.score_rows[labels.to(scores.device)[spans[0], spans[1]]]))
         skipped = len(batch["programs"]) - len(losses)
         return (torch.stack(losses).mean() if losses else None), skipped
 

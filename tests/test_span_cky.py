@@ -132,3 +132,8 @@ def test_entities_of_one_kind_share_a_score_and_the_lexicon_picks_the_one_named(
                              share_entity_scores=False)
     assert untied.span_scorer[-1].out_features == len(featurizer.categories) + 2
     assert model.span_scorer[-1].out_features < 100  # predicates, a row per entity kind, join and φ
+    # the loss's softmax sees the kind once, scored as its best entity (houston, named by the lexicon)
+    rows = model.row_scores(scores)
+    assert rows.shape == (model.span_scorer[-1].out_features,)
+    assert rows[model.score_rows[houston]] == scores[houston]
+    assert torch.equal(untied.row_scores(scores), scores)
