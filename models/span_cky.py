@@ -191,7 +191,7 @@ class SpanBasedParser(Parser):
     def __init__(self, featurizer: SpanFeaturizer, formalism: str, encoder: str = "lstm", embedding_dim: int = 128,
                  hidden_size: int = 128, num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250,
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
-                 lr: float = 1e-3, encoder_lr: float = 5e-5, gold_trees: bool = False,
+                 lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
                  share_entity_scores: bool = True):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
