@@ -40,9 +40,10 @@ def test_tiny_model_overfits_16_scan_examples():
     torch.manual_seed(0)
     model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", dropout=0.0)
     batch = batch_of(model, EXAMPLES)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    # lr 3e-3 left one example's loss on a plateau on some CPUs; 1e-3 for 500 steps fits all 16 from seeds 0-2
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
-    for _ in range(300):
+    for _ in range(500):
         loss = model.t5(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         labels=batch["labels"]).loss
         optimizer.zero_grad()
