@@ -1,0 +1,74 @@
+"""zoo/ir: the IRs of Herzig et al. 2021 on the paper's Figure 2 examples, SQL's round trip on the mirror data, and
+the refusal of an IR a formalism does not have."""
+import pytest
+
+from conftest import needs_mirror
+from zoo.formalisms import get_formalism
+from zoo.ir import IRError, UnsupportedIRError, available_irs, get_ir
+from zoo.ir.__main__ import main, verify
+from zoo.results import read_rows
+
+# Figure 2b, with the paper's abbreviated table names
+SQL_Y = ('SELECT DISTINCT ALalias0.airline_code from AL as ALalias0 , AP as APalias0 , FL as FLalias0 where '
+         'APalias0.airport_code = "SFO" and FLalias0.airline_code = ALalias0.airline_code and '
+         'FLalias0.from_airport = APalias0.airport_code ;')
+SQL_RIR = ('SELECT DISTINCT AL0.airline_code from AL as AL0 , AP as AP0 , FL as FL0 where AP0.airport_code = "SFO" '
+           'and FL0.airline_code = AL0.airline_code and FL0.from_airport = AP0.airport_code')
+SQL_LIR = 'SELECT DISTINCT table.airline_code from alias where table.airport_code = "SFO"'
+
+
+def test_sql_rir_and_lir_on_figure_2b():
+    rir, sql = get_ir("rir", "sql"), get_formalism("sql")
+    assert rir.forward(SQL_Y) == SQL_RIR
+    assert sql.canonical(rir.inverse(SQL_RIR)) == sql.canonical(SQL_Y)
+    assert get_ir("lir", "sql").forward(SQL_Y) == SQL_LIR
+
+
+def test_sql_lir_keeps_subqueries_and_drops_an_emptied_where():
+    lir = get_ir("lir", "sql")
+    nested = ('SELECT A0.X FROM A AS A0 WHERE A0.Y = ( SELECT MAX ( A1.Y ) FROM A AS A1 , B AS B0 '
+              'WHERE A1.K = B0.K ) ;')
+    assert lir.forward(nested) == ('SELECT table.X FROM alias WHERE table.Y = '
+                                   '( SELECT MAX ( table.Y ) FROM alias )')
+
+
+def test_sql_rir_refuses_an_alias_that_would_clash_and_a_malformed_ir():
+    with pytest.raises(IRError, match="CITY0"):
+        get_ir("rir", "sql").forward("SELECT CITYalias0.NAME FROM CITY AS CITYalias0 , CITY0 AS X ;")
+    with pytest.raises(IRError, match="unterminated"):
+        get_ir("rir", "sql").inverse('SELECT A0.X FROM A AS A0 WHERE A0.Y = "open')
+
+
+def test_scan_lir_anonymises_repeats_but_the_first():
+    lir = get_ir("lir", "scan")
+    assert lir.forward("I_TURN_RIGHT I_TURN_RIGHT I_JUMP I_TURN_LEFT I_TURN_LEFT I_TURN_LEFT I_TURN_LEFT") == \
+        "I_TURN_RIGHT ACTION I_JUMP I_TURN_LEFT ACTION ACTION ACTION"
+    assert not lir.reversible
+    with pytest.raises(IRError, match="lossy"):
+        lir.inverse("I_JUMP ACTION")
+
+
+def test_an_ir_the_formalism_lacks_is_refused_with_the_ones_it_has():
+    assert available_irs("sql") == ["lir", "rir"]
+    with pytest.raises(UnsupportedIRError, match="available: lir, rir"):
+        get_ir("graphq", "sql")
+    with pytest.raises(UnsupportedIRError, match="available: none"):
+        get_ir("rir", "funql")
+
+
+@needs_mirror
+@pytest.mark.parametrize("dataset", ["geo_sql_template", "atis_sql_template", "scholar_sql_template"])
+def test_sql_rir_round_trips_every_program_of_the_mirror(dataset):
+    lines, row, failures = verify("rir", dataset)
+    assert failures == []
+    assert row["train_passed"] == row["train_programs"] > 0
+    assert 0 <= row["dev_unseen_structures_pct"] <= 100
+
+
+@needs_mirror
+def test_verify_cli_writes_a_row_and_fails_on_an_unknown_ir(tmp_path, capsys):
+    results = tmp_path / "ir.csv"
+    assert main(["verify", "--ir", "rir", "--data", "geo_sql_iid", "--results", str(results)]) == 0
+    assert "round-trip" in capsys.readouterr().out
+    assert read_rows(results)[0]["dataset"] == "geo_sql_iid"
+    assert main(["verify", "--ir", "rir", "--data", "geo_funql_iid", "--results", ""]) == 1

@@ -1,0 +1,72 @@
+"""Intermediate representations (IRs) of programs, after Herzig et al. 2021, "Unlocking Compositional Generalization
+in Pre-trained Models Using Intermediate Representations" (§3).
+
+An IR ``z = F(y, x)`` rewrites a program y (the utterance x may guide it, as SCAN's bracketing does) so that a
+seq2seq model finds it easier to predict. A *reversible* IR (RIR, §3.2) has an inverse ``F^-1(z, x) = y`` up to the
+formalism's canonical form; a *lossy* IR (LIR, §3.3) drops or anonymises parts of y, and a second model maps
+``x [SEP] z`` back to y. Each formalism's IRs live in one module (``zoo.ir.sql``, ``zoo.ir.scan``) and register
+themselves here under ``(formalism, name)``:
+
+    ir = get_ir("rir", "sql")
+    z = ir.forward(program, utterance)
+    program == ir.inverse(z, utterance)        # up to SQL.canonical
+
+``python -m zoo.ir verify --ir rir --data geo_sql_template`` checks the round trip on every program of a dataset.
+"""
+from __future__ import annotations
+
+from zoo.formalisms import FormalismError
+
+
+class IRError(FormalismError):
+    """An IR that cannot be read or inverted (a malformed prediction is scored wrong with this reason)."""
+
+
+class UnsupportedIRError(ValueError):
+    """An IR asked for a formalism that has none of that name."""
+
+
+class IntermediateRepresentation:
+    """One IR of one formalism. Subclasses set ``name``, ``formalism``, ``reversible`` and ``forward``; reversible
+    ones also ``inverse``."""
+
+    name: str = ""
+    formalism: str = ""
+    reversible: bool = False
+
+    def forward(self, program: str, utterance: str = "") -> str:
+        raise NotImplementedError
+
+    def inverse(self, ir: str, utterance: str = "") -> str:
+        raise IRError(f"{self.formalism} {self.name} is lossy: it has no inverse (a second model predicts the program)")
+
+    def structure(self, ir: str) -> str:
+        """The IR with its values anonymised, for counting structures unseen in training (Table 5)."""
+        return ir
+
+
+_IRS: dict[tuple[str, str], IntermediateRepresentation] = {}
+
+
+def register_ir(cls: type[IntermediateRepresentation]) -> type[IntermediateRepresentation]:
+    _IRS[(cls.formalism, cls.name)] = cls()
+    return cls
+
+
+def available_irs(formalism: str) -> list[str]:
+    _load_modules()
+    return sorted(name for f, name in _IRS if f == formalism)
+
+
+def get_ir(name: str, formalism: str) -> IntermediateRepresentation:
+    _load_modules()
+    if (formalism, name) not in _IRS:
+        known = available_irs(formalism)
+        raise UnsupportedIRError(f"no IR {name!r} for formalism {formalism!r}; available: "
+                                 f"{', '.join(known) if known else 'none'}")
+    return _IRS[(formalism, name)]
+
+
+def _load_modules() -> None:
+    # the formalism modules register their IRs on import
+    from zoo.ir import scan, sql  # noqa: F401
