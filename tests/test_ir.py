@@ -39,6 +39,21 @@ def test_sql_rir_refuses_an_alias_that_would_clash_and_a_malformed_ir():
         get_ir("rir", "sql").inverse('SELECT A0.X FROM A AS A0 WHERE A0.Y = "open')
 
 
+def test_scan_rir_on_figure_2c_brackets_complex_actions_and_repetitions():
+    rir = get_ir("rir", "scan")
+    command = "jump opposite right and turn opposite left twice"
+    program = get_formalism("scan").interpret(command)
+    ir = rir.forward(program, command)
+    assert ir == ("( I_TURN_RIGHT I_TURN_RIGHT I_JUMP ) ( ( I_TURN_LEFT I_TURN_LEFT ) ( I_TURN_LEFT I_TURN_LEFT ) )")
+    assert rir.inverse(ir, command) == program
+    with pytest.raises(IRError, match="does not denote"):
+        rir.forward("I_JUMP", command)
+    with pytest.raises(IRError, match="left open"):
+        rir.inverse("( I_JUMP ( I_WALK )", command)
+    with pytest.raises(IRError, match="I_FLY"):
+        rir.inverse("( I_FLY )", command)
+
+
 def test_scan_lir_anonymises_repeats_but_the_first():
     lir = get_ir("lir", "scan")
     assert lir.forward("I_TURN_RIGHT I_TURN_RIGHT I_JUMP I_TURN_LEFT I_TURN_LEFT I_TURN_LEFT I_TURN_LEFT") == \
@@ -49,7 +64,7 @@ def test_scan_lir_anonymises_repeats_but_the_first():
 
 
 def test_an_ir_the_formalism_lacks_is_refused_with_the_ones_it_has():
-    assert available_irs("sql") == ["lir", "rir"]
+    assert available_irs("sql") == available_irs("scan") == ["lir", "rir"]
     with pytest.raises(UnsupportedIRError, match="available: lir, rir"):
         get_ir("graphq", "sql")
     with pytest.raises(UnsupportedIRError, match="available: none"):
@@ -63,6 +78,12 @@ def test_sql_rir_round_trips_every_program_of_the_mirror(dataset):
     assert failures == []
     assert row["train_passed"] == row["train_programs"] > 0
     assert 0 <= row["dev_unseen_structures_pct"] <= 100
+
+
+@needs_mirror
+def test_scan_rir_round_trips_every_program_of_mcd1():
+    lines, row, failures = verify("rir", "scan_mcd1")
+    assert failures == [] and row["test_passed"] == row["test_programs"] > 0
 
 
 @needs_mirror
