@@ -4,10 +4,10 @@ in Pre-trained Models Using Intermediate Representations" (§3).
 An IR ``z = F(y, x)`` rewrites a program y (the utterance x may guide it, as SCAN's bracketing does) so that a
 seq2seq model finds it easier to predict. A *reversible* IR (RIR, §3.2) has an inverse ``F^-1(z, x) = y`` up to the
 formalism's canonical form; a *lossy* IR (LIR, §3.3) drops or anonymises parts of y, and a second model maps
-``x [SEP] z`` back to y. Each formalism's IRs live in one module (``zoo.ir.sql``, ``zoo.ir.scan``) and register
+``x [SEP] z`` back to y. Each formalism's IRs live in one module (``zoo.ir.sparql``, ``zoo.ir.sql``, ``zoo.ir.scan``) and register
 themselves here under ``(formalism, name)``:
 
-    ir = get_ir("rir", "sql")
+    ir = get_ir("rir", "sql").fit(train_programs)
     z = ir.forward(program, utterance)
     program == ir.inverse(z, utterance)        # up to SQL.canonical
 
@@ -28,11 +28,14 @@ class UnsupportedIRError(ValueError):
 
 class IntermediateRepresentation:
     """One IR of one formalism. Subclasses set ``name``, ``formalism``, ``reversible`` and ``forward``; reversible
-    ones also ``inverse``."""
+    ones also ``inverse``; one that learns from the training programs (SPARQL's relation names) ``fit``."""
 
     name: str = ""
     formalism: str = ""
     reversible: bool = False
+
+    def fit(self, programs: list[str]) -> "IntermediateRepresentation":
+        return self
 
     def forward(self, program: str, utterance: str = "") -> str:
         raise NotImplementedError
@@ -45,11 +48,11 @@ class IntermediateRepresentation:
         return ir
 
 
-_IRS: dict[tuple[str, str], IntermediateRepresentation] = {}
+_IRS: dict[tuple[str, str], type[IntermediateRepresentation]] = {}
 
 
 def register_ir(cls: type[IntermediateRepresentation]) -> type[IntermediateRepresentation]:
-    _IRS[(cls.formalism, cls.name)] = cls()
+    _IRS[(cls.formalism, cls.name)] = cls
     return cls
 
 
@@ -59,14 +62,15 @@ def available_irs(formalism: str) -> list[str]:
 
 
 def get_ir(name: str, formalism: str) -> IntermediateRepresentation:
+    """A new, unfitted instance of the IR ``name`` of ``formalism``."""
     _load_modules()
     if (formalism, name) not in _IRS:
         known = available_irs(formalism)
         raise UnsupportedIRError(f"no IR {name!r} for formalism {formalism!r}; available: "
                                  f"{', '.join(known) if known else 'none'}")
-    return _IRS[(formalism, name)]
+    return _IRS[(formalism, name)]()
 
 
 def _load_modules() -> None:
     # the formalism modules register their IRs on import
-    from zoo.ir import scan, sql  # noqa: F401
+    from zoo.ir import scan, sparql, sql  # noqa: F401

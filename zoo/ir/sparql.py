@@ -1,0 +1,150 @@
+"""CFQ SPARQL IRs of Herzig et al. 2021 (Figure 2a).
+
+* RIR (§3.2): triples that share subject and relation merge into one conjunct with a list of objects, relation
+  names shrink to their shortest dotted suffix that is still unique, and every merged conjunct is bracketed::
+
+      SELECT DISTINCT ?x0 WHERE { ?x0 people.person.nationality m_0f819c . ?x0 marriage.spouses M2 . ?x0 marriage.spouses M3 }
+      SELECT DISTINCT ?x0 WHERE { ( ?x0 nationality ( m_0f819c ) ) . ( ?x0 spouses ( M2 , M3 ) ) }
+
+  The short names are learned from the training programs (``fit``): suffixes of one dotted component, lengthened
+  for the relations whose suffixes collide, until each is unique. A relation that training never saw keeps its
+  full name. Filters stay as they are. The inverse expands the lists and restores the full names.
+* LIR (§3.3): variables and entities become ``var``; relations and types stay.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from zoo.formalisms import FormalismError
+from zoo.formalisms.sparql import NODE_ENTITY, NODE_VARIABLE, CfqSparql, Filter, SparqlQuery, Triple, term_kind
+from zoo.ir import IntermediateRepresentation, IRError, register_ir
+
+_SPARQL = CfqSparql()
+
+
+def _parse(program: str) -> SparqlQuery:
+    try:
+        return _SPARQL.parse(program)
+    except FormalismError as e:
+        raise IRError(str(e)) from e
+
+
+def _head(query: SparqlQuery) -> str:
+    return f"SELECT DISTINCT {query.projection}" if query.query_type == "select" else "SELECT count ( * )"
+
+
+def shortest_unique_suffixes(relations: set[str]) -> dict[str, str]:
+    """Each relation to its shortest suffix of whole dotted components that no other relation shares."""
+    parts = {r: r.split(".") for r in relations}
+    size = {r: 1 for r in relations}
+    while True:
+        owners = defaultdict(list)
+        for r in relations:
+            owners[".".join(parts[r][-size[r]:])].append(r)
+        clashes = [r for shared in owners.values() if len(shared) > 1 for r in shared if size[r] < len(parts[r])]
+        if not clashes:
+            return {r: ".".join(parts[r][-size[r]:]) for r in relations}
+        for r in clashes:
+            size[r] += 1
+
+
+@register_ir
+class SparqlRIR(IntermediateRepresentation):
+    name, formalism, reversible = "rir", "cfq_sparql", True
+
+    def __init__(self):
+        self.short: dict[str, str] = {}  # full relation name -> short name
+        self.full: dict[str, str] = {}
+
+    def fit(self, programs: list[str]) -> "SparqlRIR":
+        relations = {t.relation for p in programs for t in _parse(p).triples}
+        self.short = shortest_unique_suffixes(relations)
+        self.full = {short: relation for relation, short in self.short.items()}
+        return self
+
+    def forward(self, program: str, utterance: str = "") -> str:
+        query = _parse(program)
+        objects: dict[tuple[str, str], list[str]] = {}
+        conjuncts: list[tuple[str, str] | Filter] = []
+        for conjunct in query.conjuncts:
+            if isinstance(conjunct, Filter):
+                conjuncts.append(conjunct)
+                continue
+            key = (conjunct.subject, conjunct.relation)
+            if key not in objects:
+                objects[key] = []
+                conjuncts.append(key)
+            objects[key].append(conjunct.object)
+        written = []
+        for conjunct in conjuncts:
+            if isinstance(conjunct, Filter):
+                written.append(str(conjunct))
+                continue
+            subject, relation = conjunct
+            name = self.short.get(relation, relation)
+            if name == relation and relation in self.full and self.full[relation] != relation:
+                raise IRError(f"sparql rir: the unseen relation {relation!r} is the short name of "
+                              f"{self.full[relation]!r}")
+            written.append(f"( {subject} {name} ( {' , '.join(objects[conjunct])} ) )")
+        return f"{_head(query)} WHERE {{ {' . '.join(written)} }}"
+
+    def inverse(self, ir: str, utterance: str = "") -> str:
+        tokens = ir.split()
+        try:
+            start, end = tokens.index("{"), len(tokens) - 1 - tokens[::-1].index("}")
+        except ValueError:
+            raise IRError(f"sparql rir: expected a body in '{{ }}' in {ir[:120]!r}") from None
+        conjuncts, position = [], start + 1
+        while position < end:
+            conjunct, position = self._conjunct(tokens, position, ir)
+            conjuncts += conjunct
+            if position < end:
+                if tokens[position] != ".":
+                    raise IRError(f"sparql rir: expected '.' at token {position}, found {tokens[position]!r}")
+                position += 1
+        head = " ".join(tokens[:start])
+        return f"{head} {{ {' . '.join(conjuncts)} }}"
+
+    def _conjunct(self, tokens: list[str], at: int, ir: str) -> tuple[list[str], int]:
+        """The conjuncts one IR conjunct at token ``at`` stands for, and the token after it."""
+        def expect(position: int, literal: str) -> None:
+            if position >= len(tokens) or tokens[position] != literal:
+                found = repr(tokens[position]) if position < len(tokens) else "the end"
+                raise IRError(f"sparql rir: expected {literal!r} at token {position}, found {found} in {ir[:120]!r}")
+
+        if tokens[at] == "FILTER":
+            expect(at + 1, "(")
+            expect(at + 5, ")")
+            return [" ".join(tokens[at:at + 6])], at + 6
+        expect(at, "(")
+        expect(at + 3, "(")
+        subject, relation = tokens[at + 1], self.full.get(tokens[at + 2], tokens[at + 2])
+        objects, position = [], at + 4
+        while True:
+            if position >= len(tokens):
+                raise IRError(f"sparql rir: the object list at token {at + 3} is not closed in {ir[:120]!r}")
+            objects.append(tokens[position])
+            if tokens[position + 1:position + 2] == [")"]:
+                break
+            expect(position + 1, ",")
+            position += 2
+        expect(position + 2, ")")
+        return [f"{subject} {relation} {o}" for o in objects], position + 3
+
+    def structure(self, ir: str) -> str:
+        return _anonymised(ir)
+
+
+def _anonymised(text: str) -> str:
+    return " ".join("var" if term_kind(t) in (NODE_ENTITY, NODE_VARIABLE) else t for t in text.split())
+
+
+@register_ir
+class SparqlLIR(IntermediateRepresentation):
+    name, formalism, reversible = "lir", "cfq_sparql", False
+
+    def forward(self, program: str, utterance: str = "") -> str:
+        return _anonymised(_SPARQL.unparse(_parse(program)))
+
+    def structure(self, ir: str) -> str:
+        return _anonymised(ir)
