@@ -4,8 +4,8 @@ in Pre-trained Models Using Intermediate Representations" (§3).
 An IR ``z = F(y, x)`` rewrites a program y (the utterance x may guide it, as SCAN's bracketing does) so that a
 seq2seq model finds it easier to predict. A *reversible* IR (RIR, §3.2) has an inverse ``F^-1(z, x) = y`` up to the
 formalism's canonical form; a *lossy* IR (LIR, §3.3) drops or anonymises parts of y, and a second model maps
-``x [SEP] z`` back to y. Each formalism's IRs live in one module (``zoo.ir.sparql``, ``zoo.ir.sql``, ``zoo.ir.scan``) and register
-themselves here under ``(formalism, name)``:
+``x [SEP] z`` back to y. Each formalism's IRs live in one module (``zoo.ir.sparql``, ``zoo.ir.sql``,
+``zoo.ir.scan``) and register themselves here under ``(formalism, name)``:
 
     ir = get_ir("rir", "sql").fit(train_programs)
     z = ir.forward(program, utterance)
