@@ -3,7 +3,7 @@
 * RIR (§3.2): triples that share subject and relation merge into one conjunct with a list of objects, relation
   names shrink to their shortest dotted suffix that is still unique, and every merged conjunct is bracketed::
 
-      SELECT DISTINCT ?x0 WHERE { ?x0 people.person.nationality m_0f819c . ?x0 marriage.spouses M2 . ?x0 marriage.spouses M3 }
+      SELECT DISTINCT ?x0 WHERE { ?x0 person.nationality m_0f819c . ?x0 marriage.spouses M2 . ?x0 marriage.spouses M3 }
       SELECT DISTINCT ?x0 WHERE { ( ?x0 nationality ( m_0f819c ) ) . ( ?x0 spouses ( M2 , M3 ) ) }
 
   The short names are learned from the training programs (``fit``): suffixes of one dotted component, lengthened
