@@ -264,7 +264,7 @@ class SpanBasedParser(Parser):
         shared by the entities of a kind scores as its best entity (the kind's score, plus λ where the lexicon names
         one of them), so the softmax has the kind once, not once per entity of it; without sharing, the identity."""
         index = self.score_rows.expand_as(scores)
-        empty = scores.new_full((*scores.shape[:-1], int(self.score_rows.max()) + 1), float("-inf"))
+        empty = scores.new_full((*scores.shape[:-1], self.span_scorer[-1].out_features), float("-inf"))
         return empty.scatter_reduce(-1, index, scores, "amax")
 
     def _chart(self, scores: torch.Tensor, n: int, composition=None, k: int | None = None) -> cky.Chart:

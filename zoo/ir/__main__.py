@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import lru_cache
 from pathlib import Path
 from statistics import mean
 
@@ -20,14 +21,18 @@ from zoo.ir import IRError, UnsupportedIRError, get_ir
 MAX_FAILURES_SHOWN = 5
 
 
-def word_pieces(texts: list[str]) -> list[int]:
-    """Length of each text in MiniLM's WordPiece tokens (the paper counts T5's word pieces; MiniLM's is offline)."""
+@lru_cache(maxsize=1)
+def _minilm_tokenizer():
     from transformers import AutoTokenizer
 
     from zoo.pretrained import minilm_path
 
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+def word_pieces(texts: list[str]) -> list[int]:
+    """Length of each text in MiniLM's WordPiece tokens (the paper counts T5's word pieces; MiniLM's is offline)."""
+    return [len(ids) for ids in _minilm_tokenizer()(texts, add_special_tokens=False, verbose=False)["input_ids"]]
 
 
 def verify(ir_name: str, dataset: str, root: str | None = None) -> tuple[list[str], dict, list[str]]:

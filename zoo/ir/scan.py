@@ -15,11 +15,10 @@ from typing import Any
 
 from zoo.formalisms import FormalismError, get_formalism
 from zoo.formalisms.base import parse_brackets
-from zoo.formalisms.scan import command_to_program, evaluate
+from zoo.formalisms.scan import _REPEATS, command_to_program, evaluate
 from zoo.ir import IntermediateRepresentation, IRError, register_ir
 
 ANONYMOUS_ACTION = "ACTION"
-_REPEATS = {"i_twice": 2, "i_thrice": 3}
 
 
 def _unit(actions: tuple[str, ...]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from zoo.formalisms import FormalismError
 from zoo.formalisms.sql import SQL, _is_literal
 from zoo.ir import IntermediateRepresentation, IRError, register_ir
 
@@ -23,7 +24,7 @@ _AFTER_FROM = {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "UNION", "INTERSECT
 def _tokens(program: str) -> list[str]:
     try:
         tokens = _SQL.tokenize(program)
-    except Exception as e:  # FormalismError from the tokenizer names the character
+    except FormalismError as e:  # names the character
         raise IRError(str(e)) from e
     return tokens[:-1] if tokens and tokens[-1] == ";" else tokens
 
@@ -40,6 +41,11 @@ def _rename(tokens: list[str], names: dict[str, str]) -> list[str]:
         head, dot, rest = token.partition(".")
         renamed.append(token if _is_literal(token) or head not in names else names[head] + dot + rest)
     return renamed
+
+
+def _values_masked(text: str) -> str:
+    """The structure of a query or IR: every literal (the datasets' value placeholders) as ``value``."""
+    return " ".join("value" if _is_literal(t) else t for t in _tokens(text))
 
 
 def _is_column(token: str) -> bool:
@@ -72,7 +78,7 @@ class SqlRIR(IntermediateRepresentation):
         return " ".join(_rename(tokens, names)) + " ;"
 
     def structure(self, ir: str) -> str:
-        return " ".join("value" if _is_literal(t) else t for t in _tokens(ir))
+        return _values_masked(ir)
 
 
 @register_ir
@@ -94,7 +100,7 @@ class SqlLIR(IntermediateRepresentation):
         return " ".join(_drop_join_conditions(out))
 
     def structure(self, ir: str) -> str:
-        return " ".join("value" if _is_literal(t) else t for t in ir.split())
+        return _values_masked(ir)
 
 
 def _drop_join_conditions(tokens: list[str]) -> list[str]:
