@@ -4,6 +4,8 @@
     python benchmarks/run.py -m model=seq2seq data=scan_simple,scan_length seed=1,2,3
     python benchmarks/run.py model=seq2seq data=scan_simple ckpt_path=last      # resume an interrupted run
     python benchmarks/run.py model=seq2seq data=scan_simple debug=smoke         # seconds, on a few examples
+    python benchmarks/run.py model=seq2seq ir=lir_ind+rir data=cfq_mcd1          # an IR pipeline (zoo/ir/pipeline.py)
+    python benchmarks/run.py model=bert2bert_minilm ir=rir data=scan_length      # warm-started from MiniLM
 
 The run directory is runs/<model>-<variant>/<data>/seed<seed>; a finished run appends one row to
 results/runs.csv (see zoo/train.py).
@@ -18,12 +20,14 @@ from omegaconf import DictConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from datamodules import DataFormatError, MissingDataError  # noqa: E402
+from zoo.ir import UnsupportedIRError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
 
 # Mistakes in the command or the data: reported in one message, without a traceback.
-USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, MissingDataError, DataFormatError)
+USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, MissingDataError,
+               DataFormatError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

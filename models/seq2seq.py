@@ -1,9 +1,18 @@
-"""Seq2seq baseline: a T5 encoder-decoder (Raffel et al. 2020) over word-level tokens.
+"""Seq2seq baseline: an encoder-decoder over word-level program tokens, the backbone of the IR pipelines.
 
 The baseline of every paper in the zoo (Herzig et al. 2021 §4 trains T5 on programs and on intermediate
-representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2seq). Built from a preset with
-random initialisation, or loaded from a pretrained T5 (a local directory or a hub name) together with its
-tokenizer. Decoding is greedy (``num_beams=1``) or beam search.
+representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2seq). Two networks:
+
+* ``t5`` (Raffel et al. 2020): built from a preset with random initialisation, or loaded from a pretrained T5 (a
+  local directory or a hub name) together with its tokenizer.
+* ``bert2bert_minilm``: an encoder-decoder warm-started from MiniLM (Rothe et al. 2020's BERT2BERT recipe; the
+  one pretrained model reachable offline, ``zoo.pretrained``). Encoder and decoder layers start from MiniLM's
+  weights, the decoder's cross-attention is new. Utterances use MiniLM's word pieces; programs keep the word-level
+  vocabulary of the scratch model, because MiniLM's tokenizer lower-cases (``M0``, ``AIRLINEalias0`` would not
+  survive the round trip). Each program token's embedding starts as the mean of MiniLM's embeddings of its
+  word pieces, so ``directed_by`` begins near "directed by".
+
+Decoding is greedy (``num_beams=1``) or beam search.
 """
 from __future__ import annotations
 
@@ -13,9 +22,12 @@ from typing import Any, Sequence
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
-from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+from transformers import (AutoTokenizer, BertLMHeadModel, BertModel, EncoderDecoderModel, T5Config,
+                          T5ForConditionalGeneration)
+from transformers.utils import logging as transformers_logging
 
 from zoo.parser import Featurizer, Parser
+from zoo.pretrained import minilm_path, resolve
 from zoo.registry import register_model
 from zoo.types import Example
 
@@ -33,18 +45,25 @@ PRESETS: dict[str, dict[str, int]] = {
 
 
 class Seq2SeqFeaturizer(Featurizer):
-    """Utterance and program to token ids with one shared vocabulary.
+    """Utterance and program to token ids.
 
-    From scratch: a word-level vocabulary learned on the training split (``tokenizers`` WordLevel over
-    whitespace-split tokens), since these programs are already tokenised. With ``pretrained``: the
-    pretrained model's own tokenizer.
+    From scratch: one word-level vocabulary learned on the training split (``tokenizers`` WordLevel over
+    whitespace-split tokens, since these programs are already tokenised) for both sides. With ``pretrained``: the
+    pretrained model's own tokenizer for both. With ``source_tokenizer`` (bert2bert): that pretrained tokenizer for
+    utterances, with its own special tokens (``[CLS] x [SEP]``), and the word-level vocabulary for programs only.
     """
 
-    def __init__(self, pretrained: str | None = None, max_source_length: int = 512, max_target_length: int = 512):
+    def __init__(self, pretrained: str | None = None, source_tokenizer: str | None = None,
+                 max_source_length: int = 512, max_target_length: int = 512):
+        if pretrained and source_tokenizer:
+            raise ValueError("model.featurizer: give pretrained (one tokenizer for both sides) or source_tokenizer "
+                             "(a pretrained one for utterances only), not both")
         self.pretrained = pretrained
+        self.source_tokenizer = source_tokenizer
         self.max_source_length = max_source_length
         self.max_target_length = max_target_length
-        self.tokenizer: Tokenizer | None = None
+        self.tokenizer: Tokenizer | None = None  # programs (and utterances, unless source is set)
+        self.source: Tokenizer | None = None  # utterances; the same object as tokenizer unless source_tokenizer
         self.longest_train_target = 0
 
     def fit(self, examples: Sequence[Example], world: Any = None) -> "Seq2SeqFeaturizer":
@@ -54,10 +73,15 @@ class Seq2SeqFeaturizer(Featurizer):
             tokenizer = Tokenizer(models.WordLevel(unk_token=UNK))
             tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
             trainer = trainers.WordLevelTrainer(special_tokens=[PAD, EOS, UNK], min_frequency=1, show_progress=False)
-            tokenizer.train_from_iterator((text for ex in examples for text in (ex.utterance, ex.program)), trainer)
+            texts = (text for ex in examples
+                     for text in ((ex.program,) if self.source_tokenizer else (ex.utterance, ex.program)))
+            tokenizer.train_from_iterator(texts, trainer)
             self.tokenizer = tokenizer
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
+        self.source = (AutoTokenizer.from_pretrained(resolve(self.source_tokenizer)).backend_tokenizer
+                       if self.source_tokenizer else self.tokenizer)
+        for tokenizer in {id(t): t for t in (self.tokenizer, self.source)}.values():
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
         self.longest_train_target = max((len(self.ids(ex.program)) for ex in examples), default=0)
         return self
 
@@ -65,6 +89,10 @@ class Seq2SeqFeaturizer(Featurizer):
     @property
     def pad_id(self) -> int:
         return self.tokenizer.token_to_id(PAD)
+
+    @property
+    def source_pad_id(self) -> int:
+        return self.source.token_to_id("[PAD]") if self.source_tokenizer else self.pad_id
 
     @property
     def eos_id(self) -> int:
@@ -75,52 +103,74 @@ class Seq2SeqFeaturizer(Featurizer):
         return self.tokenizer.get_vocab_size()
 
     def ids(self, text: str, max_length: int | None = None) -> list[int]:
-        """Token ids of ``text`` ending in </s>, cut to ``max_length`` at the end (the start is what matters)."""
+        """Program-side ids of ``text`` ending in </s>, cut to ``max_length`` at the end (the start is what
+        matters)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         if max_length is not None:
             ids = ids[: max_length - 1]
         return ids + [self.eos_id]
 
+    def source_ids(self, text: str) -> list[int]:
+        if not self.source_tokenizer:
+            return self.ids(text, self.max_source_length)
+        ids = self.source.encode(text).ids  # [CLS] ... [SEP]
+        return ids if len(ids) <= self.max_source_length else ids[: self.max_source_length - 1] + ids[-1:]
+
     def encode(self, example: Example) -> dict[str, torch.Tensor]:
-        return {"input_ids": torch.tensor(self.ids(example.utterance, self.max_source_length)),
+        return {"input_ids": torch.tensor(self.source_ids(example.utterance)),
                 "labels": torch.tensor(self.ids(example.program, self.max_target_length))}
 
     def collate(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        input_ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=self.pad_id)
+        pad = self.source_pad_id
+        input_ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad)
         labels = pad_sequence([it["labels"] for it in items], batch_first=True, padding_value=-100)
-        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels}
+        return {"input_ids": input_ids, "attention_mask": (input_ids != pad).long(), "labels": labels}
 
     def decode(self, ids: torch.Tensor) -> list[str]:
         # skip_special_tokens drops <pad>/</s>; WordLevel decoding joins with spaces, which is our program form.
         return [" ".join(text.split()) for text in self.tokenizer.decode_batch(ids.tolist(), skip_special_tokens=True)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"pretrained": self.pretrained, "max_source_length": self.max_source_length,
-                "max_target_length": self.max_target_length, "tokenizer": self.tokenizer.to_str(),
+        return {"pretrained": self.pretrained, "source_tokenizer": self.source_tokenizer,
+                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length,
+                "tokenizer": self.tokenizer.to_str(),
+                "source": self.source.to_str() if self.source_tokenizer else None,
                 "longest_train_target": self.longest_train_target}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "Seq2SeqFeaturizer":
-        featurizer = cls(state["pretrained"], state["max_source_length"], state["max_target_length"])
+        featurizer = cls(state["pretrained"], state.get("source_tokenizer"), state["max_source_length"],
+                         state["max_target_length"])
         featurizer.tokenizer = Tokenizer.from_str(state["tokenizer"])
+        featurizer.source = Tokenizer.from_str(state["source"]) if state.get("source") else featurizer.tokenizer
         featurizer.longest_train_target = state["longest_train_target"]
         return featurizer
 
 
+BACKBONES = ("t5", "bert2bert_minilm")
+
+
 @register_model("seq2seq")
 class Seq2Seq(Parser):
-    """T5 trained with teacher forcing (token cross-entropy); parses by greedy or beam decoding."""
+    """An encoder-decoder trained with teacher forcing (token cross-entropy); parses by greedy or beam decoding."""
 
     featurizer_class = Seq2SeqFeaturizer
 
-    def __init__(self, featurizer: Seq2SeqFeaturizer, formalism: str, preset: str = "mini",
+    def __init__(self, featurizer: Seq2SeqFeaturizer, formalism: str, backbone: str = "t5", preset: str = "mini",
                  architecture: dict | None = None, dropout: float = 0.1, lr: float = 1e-3,
                  weight_decay: float = 0.0, warmup_steps: int = 500, num_beams: int = 1,
                  max_decode_length: int | None = None):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
-        if featurizer.pretrained:
-            self.t5 = T5ForConditionalGeneration.from_pretrained(featurizer.pretrained)
+        if backbone not in BACKBONES:
+            raise ValueError(f"model.params.backbone={backbone!r}; choose one of {', '.join(BACKBONES)}")
+        if backbone == "bert2bert_minilm":
+            if not featurizer.source_tokenizer:
+                raise ValueError("backbone bert2bert_minilm reads utterances with MiniLM's tokenizer: set "
+                                 "model.featurizer.source_tokenizer (configs/model/bert2bert_minilm.yaml does)")
+            self.network = _bert2bert(featurizer, dropout)
+        elif featurizer.pretrained:
+            self.network = T5ForConditionalGeneration.from_pretrained(featurizer.pretrained)
         else:
             if preset not in PRESETS:
                 raise ValueError(f"model.preset={preset!r} is not a T5 preset; choose one of {', '.join(PRESETS)}")
@@ -128,27 +178,33 @@ class Seq2Seq(Parser):
                               pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id,
                               decoder_start_token_id=featurizer.pad_id,
                               **{**PRESETS[preset], **(architecture or {})})
-            self.t5 = T5ForConditionalGeneration(config)
-        # Generalisation splits (SCAN length) need outputs longer than any training target.
+            self.network = T5ForConditionalGeneration(config)
+        # Generalisation splits (SCAN length) need outputs longer than any training target; BERT's decoder has
+        # learned positions for 512 tokens only.
         self.max_decode_length = max_decode_length or 2 * featurizer.longest_train_target + 16
+        if backbone == "bert2bert_minilm":
+            self.max_decode_length = min(self.max_decode_length, self.network.config.decoder.max_position_embeddings)
 
     @property
     def backbone(self) -> str:
         """What the leaderboard calls this network: the pretrained name, else the scratch preset."""
+        if self.hparams.backbone == "bert2bert_minilm":
+            return "bert2bert-minilm"
         return self.featurizer.pretrained or f"t5-{self.hparams.preset}-scratch"
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self.t5(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+        loss = self.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                            labels=batch["labels"]).loss
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
-        generated = self.t5.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                     max_new_tokens=self.max_decode_length, num_beams=self.hparams.num_beams,
-                                     do_sample=False, pad_token_id=self.featurizer.pad_id,
-                                     eos_token_id=self.featurizer.eos_id,
-                                     decoder_start_token_id=self.t5.config.decoder_start_token_id)
+        generated = self.network.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                          max_new_tokens=self.max_decode_length, num_beams=self.hparams.num_beams,
+                                          do_sample=False, pad_token_id=self.featurizer.pad_id,
+                                          eos_token_id=self.featurizer.eos_id,
+                                          decoder_start_token_id=self.featurizer.pad_id)
         return self.featurizer.decode(generated)
 
     def configure_optimizers(self):
@@ -161,6 +217,37 @@ class Seq2Seq(Parser):
         """Write the network and its tokenizer in the Hugging Face layout, loadable with ``pretrained=``."""
         from transformers import PreTrainedTokenizerFast
 
-        self.t5.save_pretrained(directory)
+        if self.hparams.backbone != "t5":
+            raise ValueError(f"save_pretrained writes T5 models; this one is {self.hparams.backbone}")
+        self.network.save_pretrained(directory)
         PreTrainedTokenizerFast(tokenizer_object=self.featurizer.tokenizer, pad_token=PAD, eos_token=EOS,
                                 unk_token=UNK).save_pretrained(directory)
+
+
+def _bert2bert(featurizer: Seq2SeqFeaturizer, dropout: float) -> EncoderDecoderModel:
+    """MiniLM encoder + MiniLM decoder with new cross-attention and a program vocabulary whose embeddings start
+    as the mean MiniLM embedding of each token's word pieces (see the module docstring)."""
+    path = minilm_path()
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # the load report lists the new cross-attention: expected
+    try:
+        encoder = BertModel.from_pretrained(path, hidden_dropout_prob=dropout, add_pooling_layer=False)
+        decoder = BertLMHeadModel.from_pretrained(path, is_decoder=True, add_cross_attention=True,
+                                                  hidden_dropout_prob=dropout)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    pieces = featurizer.source  # MiniLM's tokenizer
+    pretrained_embeddings = decoder.get_input_embeddings().weight.detach().clone()
+    decoder.resize_token_embeddings(featurizer.vocab_size)
+    with torch.no_grad():
+        embeddings = decoder.get_input_embeddings().weight
+        for token, index in featurizer.tokenizer.get_vocab().items():
+            ids = pieces.encode(token.replace("_", " "), add_special_tokens=False).ids
+            if ids and token not in (PAD, EOS, UNK):
+                embeddings[index] = pretrained_embeddings[ids].mean(0)
+    model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
+    model.config.decoder_start_token_id = featurizer.pad_id
+    model.config.pad_token_id = featurizer.pad_id
+    model.config.eos_token_id = featurizer.eos_id
+    model.config.vocab_size = featurizer.vocab_size
+    return model

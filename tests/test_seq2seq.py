@@ -44,8 +44,8 @@ def test_tiny_model_overfits_16_scan_examples():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
     for _ in range(500):
-        loss = model.t5(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                        labels=batch["labels"]).loss
+        loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             labels=batch["labels"]).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -68,7 +68,7 @@ def test_pretrained_from_a_saved_directory(tmp_path):
     assert loaded.backbone == str(tmp_path / "tiny-t5")
     batch = batch_of(source, EXAMPLES)
     assert torch.equal(batch_of(loaded, EXAMPLES)["input_ids"], batch["input_ids"])
-    for a, b in zip(source.t5.state_dict().values(), loaded.t5.state_dict().values()):
+    for a, b in zip(source.network.state_dict().values(), loaded.network.state_dict().values()):
         assert torch.equal(a, b)
     assert loaded.parse(batch) == source.parse(batch)
 
@@ -82,3 +82,41 @@ def test_checkpoint_rebuilds_model(tmp_path):
     assert isinstance(restored, Seq2Seq)
     batch = batch_of(model, EXAMPLES[:3])
     assert restored.parse(batch) == model.parse(batch)
+
+
+def test_bert2bert_minilm_loads_offline_learns_and_round_trips(tmp_path):
+    """The MiniLM-warm-started encoder-decoder: MiniLM's word pieces in, word-level programs out."""
+    from transformers import BertModel
+
+    from zoo.pretrained import minilm_path
+
+    torch.manual_seed(0)
+    examples = EXAMPLES[:4]
+    model = Seq2Seq.build(examples, "scan", featurizer={"source_tokenizer": "minilm"}, backbone="bert2bert_minilm",
+                          dropout=0.0)
+    assert model.backbone == "bert2bert-minilm"
+    minilm = BertModel.from_pretrained(minilm_path())
+    encoder = model.network.encoder
+    assert torch.equal(encoder.embeddings.word_embeddings.weight, minilm.embeddings.word_embeddings.weight)
+    # a program token starts as the mean MiniLM embedding of its word pieces ("I_JUMP" -> "i", "jump")
+    pieces = model.featurizer.source.encode("I JUMP", add_special_tokens=False).ids
+    row = model.network.decoder.get_input_embeddings().weight[model.featurizer.tokenizer.token_to_id("I_JUMP")]
+    assert torch.allclose(row, minilm.embeddings.word_embeddings.weight[pieces].mean(0))
+
+    batch = batch_of(model, examples)
+    assert batch["input_ids"][0, 0].item() == model.featurizer.source.token_to_id("[CLS]")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    model.train()
+    for _ in range(60):
+        loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             labels=batch["labels"]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    assert model.parse(batch) == [e.program for e in examples]
+
+    checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    model.on_save_checkpoint(checkpoint)
+    torch.save(checkpoint, tmp_path / "model.ckpt")
+    assert Parser.load(str(tmp_path / "model.ckpt")).parse(batch) == model.parse(batch)

@@ -15,7 +15,7 @@ import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import lightning.pytorch as L
 import torch
@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.registry import get_dataset, get_model
 from zoo.results import append_row, write_jsonl
+from zoo.types import Example
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
@@ -72,10 +73,23 @@ class Throughput(Callback):
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train, test and record one run in ``run_dir``; returns the row written to the results file."""
+    """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``);
+    returns the row written to the results file."""
+    if cfg.get("ir", "none") != "none":
+        from zoo.ir.pipeline import run_pipeline
+
+        return run_pipeline(cfg, run_dir)
+    return train_and_test(cfg, run_dir)
+
+
+def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Example], Example] | None = None,
+                   formalism: str | None = None) -> dict[str, Any]:
+    """One model: train, test, record. An IR pipeline's stage passes ``rewrite`` (each example of every split to
+    its stage's source and target) and the ``formalism`` its targets are scored in."""
     spec = get_dataset(cfg.data.name)
+    formalism = formalism or spec.formalism
     model_cls = get_model(cfg.model.name)
-    model_cls.check_formalism(spec.formalism)
+    model_cls.check_formalism(formalism)
     commit = _git_commit()  # the code that trains, read before a long run gives time for new commits
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
@@ -88,6 +102,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     datamodule.prepare_data()
     datamodule.setup()
+    if rewrite is not None:
+        datamodule.train, datamodule.val, datamodule.test = (
+            [rewrite(e) for e in split] for split in (datamodule.train, datamodule.val, datamodule.test))
 
     params = OmegaConf.to_container(cfg.model.params, resolve=True)
     featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
@@ -97,7 +114,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                 target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
     restored = resume_from or tested
     featurizer_state = torch.load(restored, weights_only=False)["featurizer"] if restored else None
-    model = model_cls.build(datamodule.train, spec.formalism, featurizer=featurizer,
+    model = model_cls.build(datamodule.train, formalism, featurizer=featurizer,
                             featurizer_state=featurizer_state, world=datamodule.world, **params)
     datamodule.attach(model.featurizer)
 

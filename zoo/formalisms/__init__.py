@@ -9,7 +9,9 @@ from zoo.formalisms.scan import ScanActions, ScanSP
 from zoo.formalisms.sparql import CfqSparql
 from zoo.formalisms.sql import SQL
 
-FORMALISMS: dict[str, Formalism] = {f.name: f for f in (ScanActions(), ScanSP(), FunQL(), SQL(), COGS(), CfqSparql())}
+# "tokens" (the base class) compares whitespace-separated tokens: the targets of IR pipeline stages (zoo.ir.pipeline)
+FORMALISMS: dict[str, Formalism] = {f.name: f for f in (Formalism(), ScanActions(), ScanSP(), FunQL(), SQL(), COGS(),
+                                                        CfqSparql())}
 
 
 def get_formalism(name: str) -> Formalism:

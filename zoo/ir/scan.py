@@ -78,6 +78,7 @@ class ScanLIR(IntermediateRepresentation):
     name, formalism, reversible = "lir", "scan", False
 
     def forward(self, program: str, utterance: str = "") -> str:
-        actions = program.split()
-        return " ".join(ANONYMOUS_ACTION if i and action == actions[i - 1] else action
-                        for i, action in enumerate(actions))
+        # token by token, so it applies to the RIR too (the lir+rir pipelines), where brackets stay
+        tokens = program.split()
+        return " ".join(ANONYMOUS_ACTION if i and token == tokens[i - 1] and token not in "()" else token
+                        for i, token in enumerate(tokens))

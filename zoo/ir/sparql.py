@@ -144,7 +144,8 @@ class SparqlLIR(IntermediateRepresentation):
     name, formalism, reversible = "lir", "cfq_sparql", False
 
     def forward(self, program: str, utterance: str = "") -> str:
-        return _anonymised(_SPARQL.unparse(_parse(program)))
+        # token by token, so it applies to a program and to its RIR alike (the lir+rir pipelines)
+        return _anonymised(program)
 
     def structure(self, ir: str) -> str:
         return _anonymised(ir)

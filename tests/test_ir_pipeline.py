@@ -1,0 +1,80 @@
+"""IR pipelines (zoo/ir/pipeline.py) end to end on debug=smoke, and the bert2bert_minilm backbone offline."""
+import json
+
+import pytest
+import torch
+
+from conftest import compose_run, needs_mirror
+from zoo.ir import UnsupportedIRError
+from zoo.ir.pipeline import PIPELINES, Stage, Transforms, chain, stage_example
+from zoo.results import read_rows
+from zoo.train import RunConfigError, run
+from zoo.types import Example
+
+
+def smoke(tmp_path, *overrides):
+    return compose_run("debug=smoke", f"results_file={tmp_path / 'runs.csv'}", f"ir_stages_dir={tmp_path / 'stages'}",
+                       *overrides)
+
+
+def test_stage_examples_follow_the_paper_table():
+    transforms = Transforms("scan", {"rir", "lir", "lir+rir"})
+    example = Example("jump opposite right twice", " ".join(["I_TURN_RIGHT", "I_TURN_RIGHT", "I_JUMP"] * 2))
+    first, second = PIPELINES["lir_ind+rir"]
+    assert stage_example(transforms, first, example).program == (
+        "( ( I_TURN_RIGHT I_TURN_RIGHT I_JUMP ) ( I_TURN_RIGHT I_TURN_RIGHT I_JUMP ) )")
+    rewritten = stage_example(transforms, second, example)
+    assert rewritten.utterance == ("jump opposite right twice [SEP] "
+                                   "( ( I_TURN_RIGHT ACTION I_JUMP ) ( I_TURN_RIGHT ACTION I_JUMP ) )")
+    assert rewritten.program == stage_example(transforms, first, example).program
+    assert stage_example(transforms, Stage("lir", "program"), example).utterance == (
+        "jump opposite right twice [SEP] I_TURN_RIGHT ACTION I_JUMP I_TURN_RIGHT ACTION I_JUMP")
+
+
+@needs_mirror
+def test_unknown_pipeline_and_formalism_without_irs_fail_before_training(tmp_path):
+    with pytest.raises(UnsupportedIRError, match="choose one of none, rir, lir_d"):
+        run(smoke(tmp_path, "data=scan_simple", "ir=lir"), tmp_path / "run")
+    with pytest.raises(UnsupportedIRError, match="no IR 'rir' for formalism 'funql'; available: none"):
+        run(smoke(tmp_path, "data=geo_funql_iid", "ir=rir"), tmp_path / "run")
+    with pytest.raises(RunConfigError, match="needs model=seq2seq"):
+        run(smoke(tmp_path, "model=span_cky", "data=scan_sp_simple", "ir=rir"), tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "stages").exists()
+
+
+@needs_mirror
+def test_two_stage_pipeline_end_to_end_shares_stages(tmp_path):
+    cfg = smoke(tmp_path, "data=scan_length", "ir=lir_ind+rir")
+    assert cfg.model.variant == "lir_ind+rir-train32"  # debug=smoke trains on a 32-example subsample
+    row = run(cfg, tmp_path / "pipeline")
+    assert row["variant"] == "lir_ind+rir-train32" and row["n_test"] == 8
+    assert 0.0 <= row["test_exact_match"] <= 1.0 and 0.0 <= row["test_stage1_exact_match"] <= 1.0
+    assert [r["variant"] for r in read_rows(tmp_path / "runs.csv")] == ["lir_ind+rir-train32"]
+    stage_dirs = row["stage_dirs"].split()
+    assert [d.split("/")[-1].split("-")[0] for d in stage_dirs] == ["x_to_rir", "x+lir+rir_to_rir"]
+    predictions = [json.loads(line) for line in (tmp_path / "pipeline" / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == 8
+    for p in predictions:
+        assert {"utterance", "gold", "prediction", "correct", "stage1_rir", "stage2_rir"} <= set(p)
+        assert p["correct"] or "error" in p or p["prediction"] != p["gold"]
+    assert json.loads((tmp_path / "pipeline" / "ir.json").read_text())["formalism"] == "scan"
+
+    # ir=rir needs only x -> z_r, which the pipeline above trained: no training, the same first-stage outputs
+    before = (tmp_path / "stages").stat().st_mtime_ns, sorted(p.name for p in (tmp_path / "stages").rglob("*.ckpt"))
+    rir = run(smoke(tmp_path, "data=scan_length", "ir=rir"), tmp_path / "rir")
+    assert rir["stage_dirs"] == stage_dirs[0]
+    assert sorted(p.name for p in (tmp_path / "stages").rglob("*.ckpt")) == before[1]
+    rir_predictions = [json.loads(line) for line in (tmp_path / "rir" / "predictions.jsonl").read_text().splitlines()]
+    assert [p["stage1_rir"] for p in rir_predictions] == [p["stage1_rir"] for p in predictions]
+
+
+def test_a_final_ir_that_does_not_invert_is_wrong_with_its_reason(tmp_path, monkeypatch):
+    transforms = Transforms("scan", {"rir"})
+    monkeypatch.setattr("zoo.ir.pipeline._predict", lambda model, sources, batch_size: ["( I_JUMP", "I_JUMP"])
+    monkeypatch.setattr("zoo.parser.Parser.load", staticmethod(lambda path: torch.nn.Identity()))
+    test = [Example("jump", "I_JUMP"), Example("jump", "I_JUMP")]
+    rows, stage1_correct = chain(PIPELINES["rir"], [tmp_path], transforms, test, batch_size=2)
+    assert stage1_correct == 1
+    assert rows[0]["prediction"] == "" and rows[0]["correct"] is False
+    assert "does not invert" in rows[0]["error"] and "'(' left open" in rows[0]["error"]
+    assert rows[1]["prediction"] == "I_JUMP" and "error" not in rows[1]

@@ -1,0 +1,287 @@
+"""IR pipelines (Herzig et al. 2021 §3.4 and §4.1): ``python benchmarks/run.py model=seq2seq ir=<name> data=...``.
+
+Each pipeline is a chain of seq2seq *stages*. A stage maps a source (the utterance x, or ``x [SEP] z`` where z is
+a lossy IR) to a target (the program y, its reversible IR z_r, a lossy IR z_l, or both applied, z_lr):
+
+===============  =====================================  ==============================================
+``ir=``          stages (trained on gold sources)        at test time
+===============  =====================================  ==============================================
+``rir``          x -> z_r                                z_r* -> F^-1 -> y
+``lir_d``        x -> z_l;  x [SEP] z_l -> y             x -> z_l* ; x [SEP] z_l* -> y
+``lir_ind``      x -> y;    x [SEP] z_l -> y             x -> y* -> F_l(y*) ; x [SEP] F_l(y*) -> y
+``lir_d+rir``    x -> z_lr; x [SEP] z_lr -> z_r          x -> z_lr* ; then as lir_d, and F^-1
+``lir_ind+rir``  x -> z_r;  x [SEP] z_lr -> z_r          x -> z_r* -> F_l(z_r*) ; then as lir_d, and F^-1
+===============  =====================================  ==============================================
+
+The second stage is always trained on the lossy IR of the *gold* program, so ``lir_d`` and ``lir_ind`` share it
+(as the paper's "indirect prediction" changes only where z comes from). A stage is an ordinary training run
+(``zoo.train.train_and_test``) on rewritten examples, scored token by token (formalism ``tokens``), in a directory
+named by the stage and a hash of the model, data and trainer settings: any pipeline that needs the same stage with
+the same settings reuses it, so ``rir`` and ``lir_ind+rir`` train x -> z_r once. The pipeline then chains the
+stages' best checkpoints over the test set, inverts the final IR and scores the program with the dataset's own
+formalism (CFQ: conjuncts sorted and deduplicated, §4.2, is CFQ's canonical form). A final IR that does not invert
+is a wrong prediction; its reason is the row's ``error`` in ``predictions.jsonl``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.formalisms import get_formalism
+from zoo.ir import IRError, UnsupportedIRError, get_ir
+from zoo.metrics import Scorer
+from zoo.registry import get_dataset
+from zoo.results import append_row, read_rows, write_jsonl
+from zoo.types import Example
+
+log = logging.getLogger(__name__)
+
+SEP = "[SEP]"
+
+
+@dataclass(frozen=True)
+class Stage:
+    source: str | None  # None: the utterance; "lir" / "lir+rir": x [SEP] that lossy IR
+    target: str  # "program", "rir", "lir" or "lir+rir"
+
+    @property
+    def name(self) -> str:
+        return f"x{'+' + self.source if self.source else ''}_to_{self.target}"
+
+
+PIPELINES: dict[str, tuple[Stage, ...]] = {
+    "rir": (Stage(None, "rir"),),
+    "lir_d": (Stage(None, "lir"), Stage("lir", "program")),
+    "lir_ind": (Stage(None, "program"), Stage("lir", "program")),
+    "lir_d+rir": (Stage(None, "lir+rir"), Stage("lir+rir", "rir")),
+    "lir_ind+rir": (Stage(None, "rir"), Stage("lir+rir", "rir")),
+}
+
+
+class Transforms:
+    """The reversible and lossy IRs of one formalism, fitted on the training programs, as the stages use them."""
+
+    def __init__(self, formalism: str, needed: set[str]):
+        self.formalism = formalism
+        self.rir = get_ir("rir", formalism) if needed & {"rir", "lir+rir"} else None
+        self.lir = get_ir("lir", formalism) if needed & {"lir", "lir+rir"} else None
+
+    def fit(self, train: list[Example]) -> "Transforms":
+        if self.rir is not None:
+            self.rir.fit([e.program for e in train])
+        return self
+
+    def text(self, kind: str, program: str, utterance: str) -> str:
+        """The representation ``kind`` of a gold program."""
+        if kind == "program":
+            return program
+        if kind == "lir":
+            return self.lir.forward(program, utterance)
+        rir = self.rir.forward(program, utterance)
+        return rir if kind == "rir" else self.lir.forward(rir, utterance)  # lir+rir: the lossy IR of the RIR
+
+    def lossy(self, prediction: str, utterance: str) -> str:
+        """The lossy IR of a first stage's prediction (a program or an RIR, in ``lir_ind``): F_l(y*) / F_l(z_r*)."""
+        return self.lir.forward(prediction, utterance)
+
+    def program(self, kind: str, prediction: str, utterance: str) -> str:
+        """The program a final stage's prediction stands for; raises IRError when an RIR does not invert."""
+        return self.rir.inverse(prediction, utterance) if kind == "rir" else prediction
+
+    def state(self) -> dict[str, Any]:
+        """What ``fit`` learned, for the run directory (SPARQL's short relation names)."""
+        return {"formalism": self.formalism, "rir_short_names": getattr(self.rir, "short", None)}
+
+
+def check_pipeline(name: str, formalism: str) -> tuple[Stage, ...]:
+    """The stages of ``ir=name``; refuses an unknown pipeline or a formalism without the IRs it needs."""
+    if name not in PIPELINES:
+        raise UnsupportedIRError(f"ir={name!r} is not a pipeline; choose one of none, {', '.join(PIPELINES)}")
+    stages = PIPELINES[name]
+    Transforms(formalism, {s.target for s in stages} | {s.source for s in stages if s.source})
+    return stages
+
+
+def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train the stages of ``cfg.ir`` that no earlier run trained, chain them over the test set, record one row."""
+    from zoo.train import REPO_ROOT, RunConfigError, _git_commit, train_and_test
+
+    spec = get_dataset(cfg.data.name)
+    if cfg.model.name != "seq2seq":
+        raise RunConfigError(f"ir={cfg.ir} needs model=seq2seq (the pipelines chain seq2seq stages), "
+                             f"not model={cfg.model.name}")
+    stages = check_pipeline(cfg.ir, spec.formalism)
+    commit = _git_commit()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    from datamodules import ParsingDataModule
+
+    datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule.prepare_data()
+    datamodule.setup()
+    needed = {s.target for s in stages} | {s.source for s in stages if s.source}
+    transforms = Transforms(spec.formalism, needed).fit(datamodule.train)
+    (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
+
+    stage_rows = []
+    for stage in stages:
+        stage_dir = stage_directory(cfg, stage)
+        done = stage_dir / "runs.csv"
+        if cfg.overwrite and done.exists():
+            done.unlink()
+        if not done.exists():
+            if cfg.test_only:
+                raise RunConfigError(f"test_only=true: stage {stage.name} of ir={cfg.ir} has no finished run in "
+                                     f"{stage_dir}")
+            log.info("ir=%s: training stage %s in %s", cfg.ir, stage.name, stage_dir)
+            train_and_test(stage_config(cfg, stage, stage_dir), stage_dir, formalism="tokens",
+                           rewrite=lambda e, stage=stage: stage_example(transforms, stage, e))
+        else:
+            log.info("ir=%s: stage %s already trained in %s", cfg.ir, stage.name, stage_dir)
+        stage_rows.append(read_rows(done)[-1])
+
+    start = time.perf_counter()
+    rows, stage1_correct = chain(stages, [stage_directory(cfg, s) for s in stages], transforms, datamodule.test,
+                                 cfg.data.eval_batch_size or cfg.data.batch_size)
+    test_seconds = time.perf_counter() - start
+    scorer = Scorer(get_formalism(spec.formalism), datamodule.world)
+    for row, example in zip(rows, datamodule.test):
+        if "error" not in row:
+            score = scorer.score(row["prediction"], example)
+            row["correct"] = score.exact_match
+            if score.denotation is not None:
+                row["denotation_correct"] = score.denotation
+            if score.error is not None:
+                row["error"] = score.error
+        elif scorer.executes:
+            row["denotation_correct"] = False
+    write_jsonl(run_dir / "predictions.jsonl", rows)
+
+    n_test = len(rows)
+    row: dict[str, Any] = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "model": cfg.model.name,
+        "variant": cfg.model.variant,
+        "backbone": stage_rows[0]["backbone"],
+        "data": cfg.data.name,
+        "seed": cfg.seed,
+        "test_exact_match": sum(r["correct"] for r in rows) / max(n_test, 1),
+    }
+    if scorer.executes:
+        row["test_denotation"] = sum(r.get("denotation_correct", False) for r in rows) / max(n_test, 1)
+    if len(stages) > 1:  # how often the first stage's output was right (the paper's 47.2 on z_l, §4.1)
+        row["test_stage1_exact_match"] = stage1_correct / max(n_test, 1)
+    train_seconds = sum(float(r["train_seconds"]) for r in stage_rows)
+    examples_seen = sum(float(r["train_examples_per_s"]) * float(r["train_seconds"]) for r in stage_rows)
+    row.update({
+        "best_val_metric": "val/exact_match (last stage, gold inputs)",
+        "best_val": stage_rows[-1]["best_val"],
+        "params": sum(int(r["params"]) for r in stage_rows),
+        "n_train": len(datamodule.train),
+        "n_test": n_test,
+        "train_seconds": round(train_seconds, 1),  # every stage's, also those an earlier pipeline trained
+        "epochs": "+".join(str(r["epochs"]) for r in stage_rows),
+        "global_steps": "+".join(str(r["global_steps"]) for r in stage_rows),
+        "train_examples_per_s": round(examples_seen / max(train_seconds, 1e-9), 1),
+        "test_examples_per_s": round(n_test / max(test_seconds, 1e-9), 1),
+        "hardware": stage_rows[-1]["hardware"],
+        "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),
+        "resumed": any(str(r["resumed"]) == "True" for r in stage_rows),
+        "run_dir": str(run_dir),
+        "stage_dirs": " ".join(str(stage_directory(cfg, s)) for s in stages),
+    })
+    results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
+    append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
+    log.info("ir=%s test exact match %.4f; predictions in %s", cfg.ir, row["test_exact_match"],
+             run_dir / "predictions.jsonl")
+    return row
+
+
+def stage_example(transforms: Transforms, stage: Stage, example: Example) -> Example:
+    """A gold example as ``stage`` trains on it: source ``x`` or ``x [SEP] z``, target the stage's representation."""
+    source = example.utterance
+    if stage.source:
+        source += f" {SEP} " + transforms.text(stage.source, example.program, example.utterance)
+    target = transforms.text(stage.target, example.program, example.utterance)
+    return replace(example, utterance=source, program=target)
+
+
+def stage_directory(cfg: DictConfig, stage: Stage) -> Path:
+    """Where a stage trains: by stage name and a hash of what determines its model (not the pipeline's name)."""
+    settings = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
+    settings["model"].pop("variant", None)
+    settings["seed"] = cfg.seed
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return Path(cfg.ir_stages_dir) / cfg.data.name / f"seed{cfg.seed}" / f"{stage.name}-{digest}"
+
+
+def stage_config(cfg: DictConfig, stage: Stage, stage_dir: Path) -> DictConfig:
+    stage_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    stage_cfg.model.variant = f"stage:{stage.name}"
+    stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
+    last = stage_dir / "checkpoints" / "last.ckpt"
+    stage_cfg.ckpt_path = "last" if cfg.ckpt_path == "last" and last.exists() else None
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(stage_cfg, stage_dir / "config.yaml")
+    return stage_cfg
+
+
+@torch.no_grad()
+def chain(stages: tuple[Stage, ...], stage_dirs: list[Path], transforms: Transforms, test: list[Example],
+          batch_size: int) -> tuple[list[dict[str, Any]], int]:
+    """Run the stages' best checkpoints one after the other over ``test``; per example, the final program (or the
+    reason there is none) and each stage's output. Also how many first-stage outputs equal their gold target."""
+    from zoo.parser import Parser
+
+    rows = [{"utterance": e.utterance, "gold": e.program} for e in test]
+    sources = [e.utterance for e in test]
+    stage1_correct = 0
+    for index, (stage, stage_dir) in enumerate(zip(stages, stage_dirs)):
+        model = Parser.load(str(stage_dir / "checkpoints" / "best.ckpt"))
+        if torch.cuda.is_available():
+            model.cuda()
+        outputs = _predict(model, sources, batch_size)
+        if index == 0:
+            gold = [transforms.text(stage.target, e.program, e.utterance) for e in test]
+            stage1_correct = sum(" ".join(o.split()) == " ".join(g.split()) for o, g in zip(outputs, gold))
+        for row, output in zip(rows, outputs):
+            row[f"stage{index + 1}_{stage.target}"] = output
+        if index + 1 < len(stages):  # the next stage reads x [SEP] z, z from this stage's output
+            following = stages[index + 1]
+            sources = []
+            for example, output, row in zip(test, outputs, rows):
+                z = output
+                if stage.target != following.source:  # lir_ind: the lossy IR of the predicted program / RIR
+                    try:
+                        z = transforms.lossy(output, example.utterance)
+                    except IRError as e:  # the second stage still gets the raw prediction; recorded
+                        row["stage1_error"] = str(e)
+                sources.append(f"{example.utterance} {SEP} {z}")
+    for example, output, row in zip(test, outputs, rows):
+        try:
+            row["prediction"] = transforms.program(stages[-1].target, output, example.utterance)
+        except IRError as e:
+            row.update(prediction="", correct=False, error=f"the predicted IR does not invert: {e}")
+    return rows, stage1_correct
+
+
+def _predict(model, sources: list[str], batch_size: int) -> list[str]:
+    featurizer = model.featurizer
+    outputs = []
+    for start in range(0, len(sources), batch_size):
+        items = [{"input_ids": torch.tensor(featurizer.source_ids(s)), "labels": torch.tensor([featurizer.eos_id])}
+                 for s in sources[start:start + batch_size]]
+        batch = {k: v.to(model.device) for k, v in featurizer.collate(items).items()}
+        outputs += model.parse(batch)
+    return outputs
