@@ -9,6 +9,7 @@ resumes from ``checkpoints/last.ckpt`` with ``ckpt_path=last``. ``test_only=true
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import resource
 import subprocess
@@ -171,6 +172,8 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
             "run_dir": str(run_dir),
             "retested_checkpoint": tested or "",
         }
+        if cfg.get("note"):
+            row["note"] = cfg.note
         results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
         append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
@@ -203,7 +206,9 @@ def _git_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 
-    commit = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    commit = git("rev-parse", "--short=10", "HEAD")
+    if not commit:  # a copy of the code without .git (a batch machine): the commit it was copied at, if given
+        return os.environ.get("ZOO_GIT_COMMIT", "unknown")
     # results/ changes whenever a run finishes: another run's new row does not make this code dirty
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return commit + ("-dirty" if changed else "")

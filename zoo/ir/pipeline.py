@@ -201,6 +201,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "stage_dirs": " ".join(str(stage_directory(cfg, s)) for s in stages),
     })
+    if cfg.get("note"):
+        row["note"] = cfg.note
     results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
     append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
     log.info("ir=%s test exact match %.4f; predictions in %s", cfg.ir, row["test_exact_match"],
@@ -248,7 +250,8 @@ def chain(stages: tuple[Stage, ...], stage_dirs: list[Path], transforms: Transfo
     sources = [e.utterance for e in test]
     stage1_correct = 0
     for index, (stage, stage_dir) in enumerate(zip(stages, stage_dirs)):
-        model = Parser.load(str(stage_dir / "checkpoints" / "best.ckpt"))
+        best = stage_dir / "checkpoints" / "best.ckpt"  # absent when validation never ran: the final weights
+        model = Parser.load(str(best if best.exists() else stage_dir / "checkpoints" / "last.ckpt"))
         if torch.cuda.is_available():
             model.cuda()
         outputs = _predict(model, sources, batch_size)
