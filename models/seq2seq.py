@@ -204,7 +204,7 @@ class Seq2Seq(Parser):
                                           max_new_tokens=self.max_decode_length, num_beams=self.hparams.num_beams,
                                           do_sample=False, pad_token_id=self.featurizer.pad_id,
                                           eos_token_id=self.featurizer.eos_id,
-                                          decoder_start_token_id=self.featurizer.pad_id)
+                                          decoder_start_token_id=self.network.config.decoder_start_token_id)
         return self.featurizer.decode(generated)
 
     def configure_optimizers(self):
@@ -246,7 +246,9 @@ def _bert2bert(featurizer: Seq2SeqFeaturizer, dropout: float) -> EncoderDecoderM
             if ids and token not in (PAD, EOS, UNK):
                 embeddings[index] = pretrained_embeddings[ids].mean(0)
     model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
-    model.config.decoder_start_token_id = featurizer.pad_id
+    # BART's convention, not T5's <pad>: EncoderDecoderModel masks <pad> out of the decoder's attention in training,
+    # so a <pad> start token would be invisible there and visible in generation
+    model.config.decoder_start_token_id = featurizer.eos_id
     model.config.pad_token_id = featurizer.pad_id
     model.config.eos_token_id = featurizer.eos_id
     model.config.vocab_size = featurizer.vocab_size

@@ -91,7 +91,13 @@ def test_bert2bert_minilm_loads_offline_learns_and_round_trips(tmp_path):
     from zoo.pretrained import minilm_path
 
     torch.manual_seed(0)
-    examples = EXAMPLES[:4]
+    # targets of several tokens: a decoder start token hidden in training (<pad>) fitted the loss but generated
+    # every sequence from its second token on
+    examples = [Example("jump around left twice", " ".join(["I_TURN_LEFT", "I_JUMP"] * 8)),
+                Example("walk around right", " ".join(["I_TURN_RIGHT", "I_WALK"] * 4)),
+                Example("run thrice and look", "I_RUN I_RUN I_RUN I_LOOK"),
+                Example("look opposite left twice after walk",
+                        "I_WALK I_TURN_LEFT I_TURN_LEFT I_LOOK I_TURN_LEFT I_TURN_LEFT I_LOOK")]
     model = Seq2Seq.build(examples, "scan", featurizer={"source_tokenizer": "minilm"}, backbone="bert2bert_minilm",
                           dropout=0.0)
     assert model.backbone == "bert2bert-minilm"
@@ -107,7 +113,7 @@ def test_bert2bert_minilm_loads_offline_learns_and_round_trips(tmp_path):
     assert batch["input_ids"][0, 0].item() == model.featurizer.source.token_to_id("[CLS]")
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     model.train()
-    for _ in range(60):
+    for _ in range(80):
         loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              labels=batch["labels"]).loss
         optimizer.zero_grad()
