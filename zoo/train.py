@@ -206,9 +206,9 @@ def _git_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 
-    commit = git("rev-parse", "--short=10", "HEAD")
-    if not commit:  # a copy of the code without .git (a batch machine): the commit it was copied at, if given
-        return os.environ.get("ZOO_GIT_COMMIT", "unknown")
+    if os.environ.get("ZOO_GIT_COMMIT"):  # a copy of the code on a batch machine: the commit it was copied at
+        return os.environ["ZOO_GIT_COMMIT"]
+    commit = git("rev-parse", "--short=10", "HEAD") or "unknown"
     # results/ changes whenever a run finishes: another run's new row does not make this code dirty
     changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return commit + ("-dirty" if changed else "")
