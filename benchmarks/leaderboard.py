@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.results import atomic_path  # noqa: E402
 
-KEYS = ["model", "variant", "backbone", "data", "metric"]
+# protocol: the experiment config that pinned the training budget, where one did (rows without one share "")
+KEYS = ["model", "variant", "backbone", "data", "metric", "protocol"]
 # test_examples_per_s is a speed and test_threshold (GGD) the decoding threshold chosen on dev, not test metrics
 NOT_METRICS = ("_per_s", "_seconds", "_mb", "_threshold")
 # Display order of the Markdown tables; a data name belongs to the family of its longest matching prefix.
@@ -78,7 +79,7 @@ def read_runs(path: Path) -> pd.DataFrame:
                 continue
             for metric, value in values.items():
                 records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
-                               "params", "train_seconds", "hardware")}, "metric": metric, "value": value})
+                               "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value})
     if not records:
         why = f"all {seen} rows were skipped (see above)" if seen else "run benchmarks/run.py first"
         raise LeaderboardError(f"no usable runs in {path}: {why}")
@@ -112,8 +113,9 @@ def aggregate(long: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     board[["mean", "std", "train_minutes"]] = board[["mean", "std", "train_minutes"]].round(1)
     joined = [_published(r, published) for _, r in board.iterrows()]
-    board.insert(8, "published", [p for p, _ in joined])
-    board.insert(9, "published_source", [s for _, s in joined])
+    after_seeds = len(KEYS) + 3  # after mean, std, seeds
+    board.insert(after_seeds, "published", [p for p, _ in joined])
+    board.insert(after_seeds + 1, "published_source", [s for _, s in joined])
     board["params"] = board["params"].round().astype("Int64")
     return board
 
@@ -139,7 +141,8 @@ def to_markdown(board: pd.DataFrame) -> str:
         for _, r in part.sort_values(["data", "metric", "model", "variant", "backbone"]).iterrows():
             ours = _fmt(r["mean"]) + (f" ± {r['std']:.1f}" if pd.notna(r["std"]) else "")
             pub = "n/a¹" if r["data"].endswith("_partial") else _fmt(r["published"])
-            cells = [r["data"], r["model"], r["variant"], r["backbone"], r["metric"], ours, str(r["seeds"]), pub,
+            variant = r["variant"] + (f" ({r['protocol']})" if r["protocol"] else "")
+            cells = [r["data"], r["model"], variant, r["backbone"], r["metric"], ours, str(r["seeds"]), pub,
                      r["published_source"], _fmt(r["params"], ","), _fmt(r["train_minutes"]), r["hardware"]]
             out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         out.append("")

@@ -55,7 +55,7 @@ def row(df, **keys):
 def test_csv_values_and_published_join(built):
     _, out = built
     df = pd.read_csv(out / "leaderboard.csv")
-    assert list(df.columns)[:13] == ["model", "variant", "backbone", "data", "metric", "mean", "std", "seeds",
+    assert list(df.columns)[:14] == ["model", "variant", "backbone", "data", "metric", "protocol", "mean", "std", "seeds",
                                      "published", "published_source", "params", "train_minutes", "hardware"]
     r = row(df, model="seq2seq", variant="baseline", data="scan_length", metric="exact_match")
     assert (r["mean"], r["std"], r["seeds"], r["params"], r["train_minutes"]) == (20.0, 10.0, 3, 1000, 2.0)
@@ -115,3 +115,16 @@ def test_missing_or_empty_runs_is_a_clear_error(tmp_path, capsys, content):
     assert leaderboard.main(["--runs", str(runs), "--out", str(out)]) == 1
     assert "run benchmarks/run.py first" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_runs_of_another_protocol_stay_apart(tmp_path):
+    """The same seed under another experiment's budget is a different group, not a re-run replacing the first."""
+    header = HEADER + ["protocol"]
+    runs = write_runs(tmp_path / "runs.csv", [
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "0.10") + [""],
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "0.30") + ["seq2seq_ir_gpu"],
+    ], header=header)
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    em = board[board["metric"] == "exact_match"].set_index("protocol")["mean"]
+    assert em.to_dict() == {"": 10.0, "seq2seq_ir_gpu": 30.0}
+    assert "rir (seq2seq_ir_gpu)" in (tmp_path / "out" / "LEADERBOARD.md").read_text()

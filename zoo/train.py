@@ -172,13 +172,17 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
             "run_dir": str(run_dir),
             "retested_checkpoint": tested or "",
         }
-        if cfg.get("note"):
-            row["note"] = cfg.note
+        row.update(labels(cfg))
         results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
         append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
                  run_dir / "predictions.jsonl")
     return row
+
+
+def labels(cfg: DictConfig) -> dict[str, str]:
+    """The free-form columns of a results row that the run's config sets (``note``, ``protocol``)."""
+    return {key: str(cfg[key]) for key in ("note", "protocol") if cfg.get(key)}
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:

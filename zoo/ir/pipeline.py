@@ -113,7 +113,7 @@ def check_pipeline(name: str, formalism: str) -> tuple[Stage, ...]:
 
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train the stages of ``cfg.ir`` that no earlier run trained, chain them over the test set, record one row."""
-    from zoo.train import REPO_ROOT, RunConfigError, _git_commit, train_and_test
+    from zoo.train import REPO_ROOT, RunConfigError, _git_commit, labels, train_and_test
 
     spec = get_dataset(cfg.data.name)
     if cfg.model.name != "seq2seq":
@@ -201,8 +201,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "stage_dirs": " ".join(str(stage_directory(cfg, s)) for s in stages),
     })
-    if cfg.get("note"):
-        row["note"] = cfg.note
+    row.update(labels(cfg))
     results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
     append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
     log.info("ir=%s test exact match %.4f; predictions in %s", cfg.ir, row["test_exact_match"],

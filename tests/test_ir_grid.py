@@ -1,0 +1,35 @@
+"""benchmarks/ir_grid.py: the job order, dependencies and the deadline (with stand-in commands)."""
+import importlib.util
+import sys
+import time
+
+from conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("ir_grid", REPO / "benchmarks" / "ir_grid.py")
+ir_grid = sys.modules["ir_grid"] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
+_spec.loader.exec_module(ir_grid)
+Job, grid_jobs, run_jobs = ir_grid.Job, ir_grid.grid_jobs, ir_grid.run_jobs
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_grid_lists_each_pipeline_once_with_lir_ind_after_its_stages():
+    jobs = grid_jobs(["scan_length", "cfq_mcd1:data.limit_train=20000"], ["seq2seq"], 1, ["debug=smoke"])
+    assert [j.name for j in jobs[:4]] == ["seq2seq-scan_length-lir_d+rir-seed1", "seq2seq-scan_length-rir-seed1",
+                                          "seq2seq-scan_length-none-seed1", "seq2seq-scan_length-lir_ind+rir-seed1"]
+    assert jobs[3].needs == ["seq2seq-scan_length-rir-seed1", "seq2seq-scan_length-lir_d+rir-seed1"]
+    assert jobs[4].command[-3:] == ["ir=lir_d+rir", "seed=1", "data.limit_train=20000"]
+    assert "debug=smoke" in jobs[4].command and "data=cfq_mcd1" in jobs[4].command
+
+
+def test_failed_needs_skip_a_job_and_the_deadline_stops_the_rest(tmp_path):
+    jobs = [Job("fails", python("raise SystemExit(2)"), []), Job("ok", python("pass"), []),
+            Job("after_fail", python("pass"), ["fails"]), Job("after_ok", python("pass"), ["ok"])]
+    outcome = run_jobs(jobs, workers=2, deadline=time.time() + 60, log_dir=tmp_path)
+    assert outcome == {"fails": "failed (exit 2)", "ok": "ok", "after_fail": "skipped: fails did not finish",
+                       "after_ok": "ok"}
+    slow = [Job("slow", python("import time; time.sleep(60)"), []), Job("queued", python("pass"), [])]
+    outcome = run_jobs(slow, workers=1, deadline=time.time() + 2, log_dir=tmp_path)
+    assert outcome == {"slow": "stopped at the deadline", "queued": "not started (deadline)"}
