@@ -1,4 +1,4 @@
-"""The registry and the Hydra config groups agree one to one; bad registrations fail loudly."""
+"""The registry and the Hydra config groups agree; bad registrations fail loudly."""
 from pathlib import Path
 
 import pytest
@@ -16,9 +16,12 @@ def config_names(group: str) -> set[str]:
 
 @pytest.mark.parametrize("group, table", [("model", registry.MODELS), ("data", registry.DATASETS)])
 def test_every_registered_name_has_a_config_and_back(group, table):
-    assert config_names(group) == set(table)
-    for name in table:
-        assert compose_run(f"{group}={name}")[group].name == name
+    """Each registered name has its config; any further config is a preset of a registered one (bert2bert_minilm
+    is seq2seq with another backbone)."""
+    assert set(table) <= config_names(group)
+    for name in config_names(group):
+        composed = compose_run(f"{group}={name}")[group].name
+        assert composed == name if name in table else composed in table
 
 
 def test_design_dataset_names_are_registered():
