@@ -73,7 +73,7 @@ def test_a_final_ir_that_does_not_invert_is_wrong_with_its_reason(tmp_path, monk
     monkeypatch.setattr("zoo.ir.pipeline._predict", lambda model, sources, batch_size: ["( I_JUMP", "I_JUMP"])
     monkeypatch.setattr("zoo.parser.Parser.load", staticmethod(lambda path: torch.nn.Identity()))
     test = [Example("jump", "I_JUMP"), Example("jump", "I_JUMP")]
-    rows, stage1_correct = chain(PIPELINES["rir"], [tmp_path], transforms, test, batch_size=2)
+    rows, stage1_correct, _ = chain(PIPELINES["rir"], [tmp_path], transforms, test, batch_size=2)
     assert stage1_correct == 1
     assert rows[0]["prediction"] == "" and rows[0]["correct"] is False
     assert "does not invert" in rows[0]["error"] and "'(' left open" in rows[0]["error"]
