@@ -1,4 +1,5 @@
-"""The T5 baseline: tokenizer round trip, overfitting a handful of SCAN examples, pretrained loading."""
+"""The seq2seq model: tokenizer round trip, overfitting a handful of SCAN examples, pretrained T5 loading, the
+MiniLM-warm-started encoder-decoder."""
 import torch
 
 from models.seq2seq import Seq2Seq, Seq2SeqFeaturizer
@@ -22,6 +23,19 @@ def batch_of(model: Seq2Seq, examples):
     return batch
 
 
+def fit(model: Seq2Seq, batch, lr: float, steps: int) -> None:
+    """Full-batch AdamW on the network's own loss, then eval mode."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             labels=batch["labels"]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
 def test_featurizer_round_trip_and_state():
     featurizer = Seq2SeqFeaturizer().fit(EXAMPLES)
     encoded = featurizer.encode(EXAMPLES[9])
@@ -41,15 +55,7 @@ def test_tiny_model_overfits_16_scan_examples():
     model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", dropout=0.0)
     batch = batch_of(model, EXAMPLES)
     # lr 3e-3 left one example's loss on a plateau on some CPUs; 1e-3 for 500 steps fits all 16 from seeds 0-2
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model.train()
-    for _ in range(500):
-        loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             labels=batch["labels"]).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    fit(model, batch, lr=1e-3, steps=500)
     assert model.parse(batch) == [e.program for e in EXAMPLES]
 
 
@@ -111,15 +117,7 @@ def test_bert2bert_minilm_loads_offline_learns_and_round_trips(tmp_path):
 
     batch = batch_of(model, examples)
     assert batch["input_ids"][0, 0].item() == model.featurizer.source.token_to_id("[CLS]")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    model.train()
-    for _ in range(80):
-        loss = model.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             labels=batch["labels"]).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    fit(model, batch, lr=3e-4, steps=80)
     assert model.parse(batch) == [e.program for e in examples]
 
     checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
