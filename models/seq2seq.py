@@ -79,7 +79,7 @@ class Seq2SeqFeaturizer(Featurizer):
             self.tokenizer = tokenizer
         self.source = (AutoTokenizer.from_pretrained(resolve(self.source_tokenizer)).backend_tokenizer
                        if self.source_tokenizer else self.tokenizer)
-        for tokenizer in {id(t): t for t in (self.tokenizer, self.source)}.values():
+        for tokenizer in (self.tokenizer, self.source):  # the same object twice without source_tokenizer: harmless
             tokenizer.no_truncation()
             tokenizer.no_padding()
         self.longest_train_target = max((len(self.ids(ex.program)) for ex in examples), default=0)

@@ -24,6 +24,16 @@ class ExampleScore:
     denotation: bool | None = None  # None when the formalism or dataset has nothing to execute against
     error: str | None = None  # why the prediction could not be canonicalised or executed
 
+    def fields(self) -> dict[str, Any]:
+        """This score's fields of a predictions.jsonl row: ``correct``, and ``denotation_correct`` and ``error``
+        where they apply."""
+        row: dict[str, Any] = {"correct": self.exact_match}
+        if self.denotation is not None:
+            row["denotation_correct"] = self.denotation
+        if self.error is not None:
+            row["error"] = self.error
+        return row
+
 
 class Scorer:
     """Scores predictions against gold examples: exact match of canonical forms and, where programs execute,

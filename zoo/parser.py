@@ -155,13 +155,8 @@ class Parser(L.LightningModule):
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         predictions, details, scores = self._evaluate(batch, self.test_metrics)
         for example, prediction, detail, score in zip(batch["examples"], predictions, details, scores):
-            row = {"utterance": example.utterance, "gold": example.program, "prediction": prediction,
-                   "correct": score.exact_match, **detail}
-            if score.denotation is not None:
-                row["denotation_correct"] = score.denotation
-            if score.error is not None:
-                row["error"] = score.error
-            self.test_predictions.append(row)
+            self.test_predictions.append({"utterance": example.utterance, "gold": example.program,
+                                          "prediction": prediction, **score.fields(), **detail})
 
     def on_test_epoch_end(self) -> None:
         # Each DDP rank saw a shard; give every rank the full list so rank 0 can write it.

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.formalisms import get_formalism
 from zoo.ir import IRError, UnsupportedIRError, get_ir
-from zoo.metrics import Scorer
+from zoo.metrics import ExampleScore, Scorer
 from zoo.registry import get_dataset
 from zoo.results import append_row, read_rows, write_jsonl
 from zoo.types import Example
@@ -102,13 +102,13 @@ class Transforms:
         return {"formalism": self.formalism, "rir_short_names": getattr(self.rir, "short", None)}
 
 
-def check_pipeline(name: str, formalism: str) -> tuple[Stage, ...]:
-    """The stages of ``ir=name``; refuses an unknown pipeline or a formalism without the IRs it needs."""
+def check_pipeline(name: str, formalism: str) -> tuple[tuple[Stage, ...], Transforms]:
+    """The stages of ``ir=name`` and the (unfitted) IRs they need; refuses an unknown pipeline or a formalism
+    without those IRs."""
     if name not in PIPELINES:
         raise UnsupportedIRError(f"ir={name!r} is not a pipeline; choose one of none, {', '.join(PIPELINES)}")
     stages = PIPELINES[name]
-    Transforms(formalism, {s.target for s in stages} | {s.source for s in stages if s.source})
-    return stages
+    return stages, Transforms(formalism, {s.target for s in stages} | {s.source for s in stages if s.source})
 
 
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if cfg.model.name != "seq2seq":
         raise RunConfigError(f"ir={cfg.ir} needs model=seq2seq (the pipelines chain seq2seq stages), "
                              f"not model={cfg.model.name}")
-    stages = check_pipeline(cfg.ir, spec.formalism)
+    stages, transforms = check_pipeline(cfg.ir, spec.formalism)
     commit = _git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -129,13 +129,12 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
     datamodule.prepare_data()
     datamodule.setup()
-    needed = {s.target for s in stages} | {s.source for s in stages if s.source}
-    transforms = Transforms(spec.formalism, needed).fit(datamodule.train)
+    transforms.fit(datamodule.train)
     (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
 
+    stage_dirs = [stage_directory(cfg, stage) for stage in stages]
     stage_rows = []
-    for stage in stages:
-        stage_dir = stage_directory(cfg, stage)
+    for stage, stage_dir in zip(stages, stage_dirs):
         done = stage_dir / "runs.csv"
         if cfg.overwrite and done.exists():
             done.unlink()
@@ -150,19 +149,15 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             log.info("ir=%s: stage %s already trained in %s", cfg.ir, stage.name, stage_dir)
         stage_rows.append(read_rows(done)[-1])
 
-    rows, stage1_correct, test_seconds = chain(stages, [stage_directory(cfg, s) for s in stages], transforms,
-                                               datamodule.test, cfg.data.eval_batch_size or cfg.data.batch_size)
+    rows, stage1_correct, test_seconds = chain(stages, stage_dirs, transforms, datamodule.test,
+                                               cfg.data.eval_batch_size or cfg.data.batch_size)
     scorer = Scorer(get_formalism(spec.formalism), datamodule.world)
     for row, example in zip(rows, datamodule.test):
-        if "error" not in row:
+        if "error" in row:  # the final IR did not invert
+            score = ExampleScore(False, False if scorer.executes else None, row["error"])
+        else:
             score = scorer.score(row["prediction"], example)
-            row["correct"] = score.exact_match
-            if score.denotation is not None:
-                row["denotation_correct"] = score.denotation
-            if score.error is not None:
-                row["error"] = score.error
-        elif scorer.executes:
-            row["denotation_correct"] = False
+        row.update(score.fields())
     write_jsonl(run_dir / "predictions.jsonl", rows)
 
     n_test = len(rows)
@@ -199,7 +194,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),
         "resumed": any(str(r["resumed"]) == "True" for r in stage_rows),
         "run_dir": str(run_dir),
-        "stage_dirs": " ".join(str(stage_directory(cfg, s)) for s in stages),
+        "stage_dirs": " ".join(str(d) for d in stage_dirs),
     })
     row.update(labels(cfg))
     results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
