@@ -13,7 +13,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 
 @contextmanager
@@ -47,13 +47,16 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def append_row(path: str | Path, row: dict[str, Any]) -> None:
-    """Append ``row`` to a CSV whose header grows to the union of all rows' keys (old rows get empty cells)."""
+def append_row(path: str | Path, row: dict[str, Any], replacing: Sequence[str] = ()) -> None:
+    """Append ``row`` to a CSV whose header grows to the union of all rows' keys (old rows get empty cells). With
+    ``replacing`` (column names), an earlier row that agrees with ``row`` on all of them is dropped: for tables of
+    current facts, such as one row per IR and dataset."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        rows = read_rows(path)
+        rows = [old for old in read_rows(path)
+                if not replacing or any(old.get(key) != str(_cell(row[key])) for key in replacing)]
         header = list(rows[0].keys()) if rows else []
         header += [key for key in row if key not in header]
         with _atomic_writer(path) as handle:

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--data", required=True, nargs="+", help="registry names, e.g. geo_sql_template")
     command.add_argument("--root", default=None, help="data root (default: $ZOO_DATA)")
     command.add_argument("--results", default="results/ir_verify.csv",
-                         help="CSV that gets one row per dataset ('' to write none)")
+                         help="CSV that gets one row per IR and dataset, replacing an earlier one ('' to write none)")
     args = parser.parse_args(argv)
 
     from datamodules import DataFormatError, MissingDataError
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines), flush=True)
         failed |= bool(failures)
         if args.results:
-            append_row(Path(args.results), row)
+            append_row(Path(args.results), row, replacing=("ir", "dataset"))
     return int(failed)
 
 
