@@ -78,3 +78,15 @@ def test_a_final_ir_that_does_not_invert_is_wrong_with_its_reason(tmp_path, monk
     assert rows[0]["prediction"] == "" and rows[0]["correct"] is False
     assert "does not invert" in rows[0]["error"] and "'(' left open" in rows[0]["error"]
     assert rows[1]["prediction"] == "I_JUMP" and "error" not in rows[1]
+
+
+@needs_mirror
+def test_graphq_pipeline_scores_the_compiled_sparql(tmp_path):
+    row = run(smoke(tmp_path, "data=cfq_mcd1", "ir=graphq"), tmp_path / "graphq")
+    assert row["variant"] == "graphq-train32" and row["stage_dirs"].split("/")[-1].startswith("x_to_graphq-")
+    predictions = [json.loads(line) for line in (tmp_path / "graphq" / "predictions.jsonl").read_text().splitlines()]
+    for p in predictions:  # the stage writes IR; what is scored is SPARQL (or nothing, with the parse error)
+        assert p["gold"].startswith("SELECT") and p["stage1_graphq"].split()[:1] != ["SELECT"]
+        assert p["prediction"].startswith("SELECT") or "graphq:" in p["error"]
+    with pytest.raises(UnsupportedIRError, match="no IR 'graphq' for formalism 'sql'; available: lir, rir"):
+        run(smoke(tmp_path, "data=geo_sql_template", "ir=graphq"), tmp_path / "sql")

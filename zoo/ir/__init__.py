@@ -74,3 +74,4 @@ def get_ir(name: str, formalism: str) -> IntermediateRepresentation:
 def _load_modules() -> None:
     # the formalism modules register their IRs on import
     from zoo.ir import scan, sparql, sql  # noqa: F401
+    from zoo.ir.graphq import sparql as graphq_sparql  # noqa: F401

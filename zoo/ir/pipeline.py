@@ -11,6 +11,7 @@ a lossy IR) to a target (the program y, its reversible IR z_r, a lossy IR z_l, o
 ``lir_ind``      x -> y;    x [SEP] z_l -> y             x -> y* -> F_l(y*) ; x [SEP] F_l(y*) -> y
 ``lir_d+rir``    x -> z_lr; x [SEP] z_lr -> z_r          x -> z_lr* ; then as lir_d, and F^-1
 ``lir_ind+rir``  x -> z_r;  x [SEP] z_lr -> z_r          x -> z_r* -> F_l(z_r*) ; then as lir_d, and F^-1
+``graphq``       x -> z_g                                z_g* -> compiler -> y (Nie et al. 2022; CFQ)
 ===============  =====================================  ==============================================
 
 The second stage is always trained on the lossy IR of the *gold* program, so ``lir_d`` and ``lir_ind`` share it
@@ -51,7 +52,7 @@ SEP = "[SEP]"
 @dataclass(frozen=True)
 class Stage:
     source: str | None  # None: the utterance; "lir" / "lir+rir": x [SEP] that lossy IR
-    target: str  # "program", "rir", "lir" or "lir+rir"
+    target: str  # "program", a reversible IR ("rir", "graphq"), "lir" or "lir+rir"
 
     @property
     def name(self) -> str:
@@ -64,7 +65,9 @@ PIPELINES: dict[str, tuple[Stage, ...]] = {
     "lir_ind": (Stage(None, "program"), Stage("lir", "program")),
     "lir_d+rir": (Stage(None, "lir+rir"), Stage("lir+rir", "rir")),
     "lir_ind+rir": (Stage(None, "rir"), Stage("lir+rir", "rir")),
+    "graphq": (Stage(None, "graphq"),),
 }
+REVERSIBLE = ("rir", "graphq")
 
 
 class Transforms:
@@ -72,12 +75,13 @@ class Transforms:
 
     def __init__(self, formalism: str, needed: set[str]):
         self.formalism = formalism
-        self.rir = get_ir("rir", formalism) if needed & {"rir", "lir+rir"} else None
+        wanted = needed | ({"rir"} if "lir+rir" in needed else set())
+        self.reversible = {name: get_ir(name, formalism) for name in REVERSIBLE if name in wanted}
         self.lir = get_ir("lir", formalism) if needed & {"lir", "lir+rir"} else None
 
     def fit(self, train: list[Example]) -> "Transforms":
-        if self.rir is not None:
-            self.rir.fit([e.program for e in train])
+        for ir in self.reversible.values():
+            ir.fit([e.program for e in train])
         return self
 
     def text(self, kind: str, program: str, utterance: str) -> str:
@@ -86,20 +90,21 @@ class Transforms:
             return program
         if kind == "lir":
             return self.lir.forward(program, utterance)
-        rir = self.rir.forward(program, utterance)
-        return rir if kind == "rir" else self.lir.forward(rir, utterance)  # lir+rir: the lossy IR of the RIR
+        if kind in self.reversible:
+            return self.reversible[kind].forward(program, utterance)
+        return self.lir.forward(self.reversible["rir"].forward(program, utterance), utterance)  # lir+rir
 
     def lossy(self, prediction: str, utterance: str) -> str:
         """The lossy IR of a first stage's prediction (a program or an RIR, in ``lir_ind``): F_l(y*) / F_l(z_r*)."""
         return self.lir.forward(prediction, utterance)
 
     def program(self, kind: str, prediction: str, utterance: str) -> str:
-        """The program a final stage's prediction stands for; raises IRError when an RIR does not invert."""
-        return self.rir.inverse(prediction, utterance) if kind == "rir" else prediction
+        """The program a final stage's prediction stands for; raises IRError when an IR does not invert."""
+        return self.reversible[kind].inverse(prediction, utterance) if kind in self.reversible else prediction
 
     def state(self) -> dict[str, Any]:
         """What ``fit`` learned, for the run directory (SPARQL's short relation names)."""
-        return {"formalism": self.formalism, "rir_short_names": getattr(self.rir, "short", None)}
+        return {"formalism": self.formalism, "rir_short_names": getattr(self.reversible.get("rir"), "short", None)}
 
 
 def check_pipeline(name: str, formalism: str) -> tuple[tuple[Stage, ...], Transforms]:

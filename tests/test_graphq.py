@@ -1,0 +1,185 @@
+"""GraphQ IR (zoo/ir/graphq): the grammar on hand-written IRs, the SPARQL round trip on real CFQ queries, and the
+compiled Cypher and SPARQL executed in ladybug and pyoxigraph on a small hand-made graph with known answers."""
+import re
+
+import pytest
+
+from conftest import DATA_ROOT, needs_mirror
+from zoo.formalisms.sparql import CfqSparql
+from zoo.ir import IRError, get_ir
+from zoo.ir.graphq import Entity, EntitySet, Inequality, Query, Relation, RelationClause, parse, unparse
+from zoo.ir.graphq.__main__ import translate
+from zoo.ir.graphq.cypher import cypher_of, path_alternatives
+from zoo.ir.graphq.execution import Graph, Ladybug, Oxigraph, random_graphs
+from zoo.ir.graphq.sparql import from_sparql, lower, to_sparql
+
+SPARQL = CfqSparql()
+SPOUSE = ("people.person.spouse_s/ns:people.marriage.spouse|ns:fictional_universe.fictional_character.married_to/"
+          "ns:fictional_universe.marriage_of_fictional_characters.spouses")
+
+# hand-written IRs and the SPARQL each states
+GRAMMAR_CASES = [
+    ("what <ES> <C> film.editor </C> that <R> film.editor.film </R> and is not <E> M1 </E> </ES>",
+     "SELECT DISTINCT ?x0 WHERE { ?x0 a film.editor . ?x0 film.editor.film M1 . FILTER ( ?x0 != M1 ) }"),
+    # nested entity sets, numbered breadth-first; a reverse relation
+    ("what <ES> <C> film.film </C> that <R> film.film.directed_by </R> <ES> that <R> people.person.gender </R> "
+     "<E> m_05zppz </E> </ES> and is <R> film.producer.film </R> of <ES> <C> film.actor </C> </ES> </ES>",
+     "SELECT DISTINCT ?x0 WHERE { ?x0 a film.film . ?x0 film.film.directed_by ?x1 . ?x1 people.person.gender "
+     "m_05zppz . ?x2 a film.actor . ?x2 film.producer.film ?x0 }"),
+    # a yes/no question about an entity; an inequality after a reverse relation goes the other way
+    ("whether <E> M2 </E> is <C> people.person </C> and is <R> film.film.directed_by </R> of and is not <E> M0 </E>",
+     "SELECT count ( * ) WHERE { M2 a people.person . M0 film.film.directed_by M2 . FILTER ( M0 != M2 ) }"),
+    # two relations to one entity set; a property path; two statements
+    (f"whether <ES> <C> film.actor </C> that <R> film.actor.film/film.performance.film </R> and <R> film.writer.film "
+     f"</R> <ES> <C> film.film </C> </ES> </ES> and whether <E> M1 </E> <R> {SPOUSE.replace('ns:', '')} </R> <E> M2 "
+     "</E>",
+     f"SELECT count ( * ) WHERE {{ ?x0 a film.actor . ?x0 film.actor.film/ns:film.performance.film ?x1 . "
+     f"?x0 film.writer.film ?x1 . ?x1 a film.film . M1 {SPOUSE} M2 }}"),
+]
+
+
+@pytest.mark.parametrize("ir,program", GRAMMAR_CASES)
+def test_grammar_on_hand_written_irs(ir, program):
+    tree = parse(ir)
+    assert unparse(tree) == ir
+    assert to_sparql(tree) == SPARQL.canonical(program)
+    assert unparse(from_sparql(program)) == ir  # the translator writes exactly this IR back
+
+
+def test_the_tree_of_a_filter_clause():
+    assert parse(GRAMMAR_CASES[0][0]) == Query("select", (EntitySet(("film.editor",), (
+        RelationClause((Relation("film.editor.film"), Inequality()), Entity("M1")),)),))
+
+
+@pytest.mark.parametrize("ir,message", [
+    ("what <ES> that <R> film.editor.film </R> </ES>", "column 42 found '</ES>'; expected one of '<E>', '<ES>'"),
+    ("whether <E> M1 </E>", "column 20 found the end; expected one of '<R>', 'is'"),
+    ("what <ES> <C> film.film </C> that is <C> </C> </ES>", "column 42 found '</C>'; expected one of a name"),
+    ("who <ES> </ES>", "column 1 found 'who'; expected one of 'what', 'whether', in 'who <ES> </ES>'"),
+])
+def test_malformed_ir_names_the_column_and_what_was_expected(ir, message):
+    with pytest.raises(IRError, match=re.escape("graphq: at " + message)):
+        parse(ir)
+
+
+def test_the_translator_refuses_what_the_ir_cannot_say():
+    with pytest.raises(IRError, match="cycle through the variables"):
+        from_sparql("SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 . ?x1 film.film.edited_by ?x2 . "
+                    "?x2 film.editor.film ?x0 }")
+    with pytest.raises(IRError, match=r"the answer must be \?x0"):
+        from_sparql("SELECT DISTINCT ?x1 WHERE { ?x1 a film.film }")
+    with pytest.raises(IRError, match="compiled SPARQL is not CFQ SPARQL"):
+        to_sparql(parse("what <ES> that <R> not-a-relation </R> <E> M1 </E> </ES>"))
+
+
+def test_translate_cli_reads_sparql_or_ir():
+    ir, program = GRAMMAR_CASES[0]
+    assert translate(program, "ir") == ir
+    assert translate(ir, "sparql") == SPARQL.canonical(program)
+    assert translate(program, "cypher") == translate(ir, "cypher") == (
+        "MATCH (x0:Entity), (e0:Entity {id: 'M1'})\nWITH *\nMATCH (x0)-[:film__editor__film]->(e0)\n"
+        "WHERE 'film.editor' IN x0.types AND x0.id <> e0.id\nRETURN DISTINCT x0.id")
+
+
+@needs_mirror
+def test_sparql_round_trip_on_200_cfq_queries():
+    from datamodules import read_splits
+
+    splits = read_splits("cfq_mcd1", DATA_ROOT)
+    ir = get_ir("graphq", "cfq_sparql")
+    for example in splits["dev"][:100] + splits["test"][:100]:
+        z = ir.forward(example.program)
+        assert ir.inverse(z) == SPARQL.canonical(example.program)
+        assert "?x" not in z and "SELECT" not in z and "FILTER" not in z
+
+
+# ----- execution ------------------------------------------------------------------------------------------------------
+
+def _movie_graph() -> Graph:
+    graph = Graph("hand-made")
+    facts = [
+        ("M0", "film.film.directed_by", "M2"), ("M2", "film.director.film", "M0"), ("M2", "film.writer.film", "M0"),
+        ("M1", "film.film.directed_by", "M4"), ("M4", "film.director.film", "M1"), ("M2", "film.editor.film", "M1"),
+        ("M2", "people.person.spouse_s", "marriage0"), ("marriage0", "people.marriage.spouse", "M3"),
+        ("M3", "fictional_universe.fictional_character.married_to", "marriage1"),
+        ("marriage1", "fictional_universe.marriage_of_fictional_characters.spouses", "M2"),
+        ("M3", "film.actor.film", "performance0"), ("performance0", "film.performance.film", "M0"),
+        ("M2", "people.person.gender", "m_05zppz"), ("M4", "people.person.gender", "m_05zppz"),
+        ("M3", "people.person.gender", "m_02zsn"), ("M1", "film.film.production_companies", "M5"),
+        ("M3", "people.person.sibling_s", "siblings0"), ("siblings0", "people.sibling_relationship.sibling", "M4"),
+    ]
+    for subject, step, object_ in facts:
+        graph.add(subject, step, object_)
+    types = {"M0": ["film.film"], "M1": ["film.film"], "M2": ["people.person", "film.director"],
+             "M3": ["people.person", "film.actor"], "M4": ["people.person", "film.director"],
+             "M5": ["film.production_company"]}
+    for node, node_types in types.items():
+        graph.types[graph.node(node)].update(node_types)
+    return graph
+
+
+# 20 CFQ queries and their answers on _movie_graph
+EXECUTION_CASES = [
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 a film.director }", {"M2", "M4"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film M0 }", {"M2"}),
+    ("SELECT DISTINCT ?x0 WHERE { M0 film.film.directed_by ?x0 }", {"M2"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 a film.film . ?x0 film.film.directed_by ?x1 . "
+     "?x1 people.person.gender m_05zppz }", {"M0", "M1"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 people.person.spouse_s/ns:people.marriage.spouse M3 }", {"M2"}),
+    (f"SELECT DISTINCT ?x0 WHERE {{ ?x0 {SPOUSE} M2 }}", {"M3"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 people.person.gender m_05zppz . FILTER ( ?x0 != M2 ) }", {"M4"}),
+    ("SELECT count ( * ) WHERE { M2 film.director.film M0 }", True),
+    ("SELECT count ( * ) WHERE { M4 film.director.film M0 }", False),
+    ("SELECT count ( * ) WHERE { ?x0 a film.actor . ?x0 film.actor.film/ns:film.performance.film M0 }", True),
+    ("SELECT DISTINCT ?x0 WHERE { M1 film.film.produced_by|ns:film.film.production_companies ?x0 }", {"M5"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 ^ns:people.person.gender M4 }", {"m_05zppz"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 film.actor.film/ns:film.performance.film ?x1 . ?x1 film.film.directed_by ?x2 . "
+     "?x2 people.person.gender m_05zppz }", {"M3"}),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 film.editor.film ?x1 . ?x0 film.writer.film ?x1 }", set()),
+    ("SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 . ?x0 film.writer.film ?x1 }", {"M2"}),
+    ("SELECT count ( * ) WHERE { ?x0 a people.person . ?x0 people.person.sibling_s/ns:people.sibling_relationship"
+     ".sibling ?x1 . ?x1 a people.person . FILTER ( ?x0 != ?x1 ) }", True),
+    ("SELECT count ( * ) WHERE { M2 people.person.spouse_s/ns:people.marriage.spouse M3 . FILTER ( M2 != M3 ) }",
+     True),
+    ("SELECT count ( * ) WHERE { M3 a film.director }", False),
+    ("SELECT count ( * ) WHERE { M0 film.film.directed_by M2 . M1 film.film.directed_by M4 }", True),
+    ("SELECT count ( * ) WHERE { ?x0 a film.production_company . ?x0 film.director.film ?x1 }", False),
+]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    graph = _movie_graph()
+    properties = {step for _, step, _ in graph.edges} | {"film.film.produced_by"}
+    oxigraph, ladybug = Oxigraph(timeout_s=10), Ladybug(timeout_s=10)
+    oxigraph.load(graph)
+    ladybug.load(graph, properties)
+    return oxigraph, ladybug
+
+
+@pytest.mark.parametrize("program,answer", EXECUTION_CASES)
+def test_compiled_cypher_and_sparql_give_the_known_answers(engines, program, answer):
+    oxigraph, ladybug = engines
+    gold = SPARQL.parse(program)
+    compiled = lower(from_sparql(program))
+    expected = answer if isinstance(answer, bool) else frozenset(answer)
+    assert oxigraph.run(gold) == expected
+    assert oxigraph.run(compiled) == expected
+    assert ladybug.run(cypher_of(compiled), gold.query_type) == expected
+
+
+def test_random_graphs_plant_an_answer():
+    import random
+
+    query = SPARQL.parse(EXECUTION_CASES[12][0])
+    planted, merged, *noise = random_graphs(query, random.Random(0), noise=2)
+    assert (planted.kind, merged.kind, [g.kind for g in noise]) == ("planted", "merged", ["noise", "noise"])
+    oxigraph, ladybug = Oxigraph(timeout_s=10), Ladybug(timeout_s=10)
+    properties = {s for c in query.triples for seq in path_alternatives(c.relation) for s, _ in seq}
+    cypher = cypher_of(lower(from_sparql(EXECUTION_CASES[12][0])))
+    for graph in (planted, merged, *noise):
+        oxigraph.load(graph)
+        ladybug.load(graph, properties)
+        assert oxigraph.run(query) == ladybug.run(cypher, "select")
+    oxigraph.load(planted)
+    assert "v0" in oxigraph.run(query)  # ?x0's own node answers
