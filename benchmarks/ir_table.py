@@ -5,8 +5,8 @@
 One table per backbone and protocol (the experiment config that fixed the budget, e.g. ``seq2seq_ir_gpu``). Rows
 are datasets, columns the pipelines (``baseline`` is ``ir=none``); a cell is the test exact match in percent,
 averaged over seeds, with the number of seeds, the training minutes (all stages of a pipeline; shared stages counted
-in each pipeline that uses them) and the training examples per second. A variant with a training subsample
-(``rir-train20000``) is its own column.
+in each pipeline that uses them) and the training examples per second. A variant on subsamples
+(``rir-train20000-eval2000``) is its own column.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.results import atomic_path  # noqa: E402
 
-PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir")
+PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir", "graphq")
 
 
 def pipeline_order(variant: str) -> tuple[int, str]:

@@ -45,11 +45,11 @@ def test_unknown_pipeline_and_formalism_without_irs_fail_before_training(tmp_pat
 @needs_mirror
 def test_two_stage_pipeline_end_to_end_shares_stages(tmp_path):
     cfg = smoke(tmp_path, "data=scan_length", "ir=lir_ind+rir")
-    assert cfg.model.variant == "lir_ind+rir-train32"  # debug=smoke trains on a 32-example subsample
+    assert cfg.model.variant == "lir_ind+rir-train32-eval8"  # debug=smoke: 32 training examples, 8 to evaluate
     row = run(cfg, tmp_path / "pipeline")
-    assert row["variant"] == "lir_ind+rir-train32" and row["n_test"] == 8
+    assert row["variant"] == "lir_ind+rir-train32-eval8" and row["n_test"] == 8
     assert 0.0 <= row["test_exact_match"] <= 1.0 and 0.0 <= row["test_stage1_exact_match"] <= 1.0
-    assert [r["variant"] for r in read_rows(tmp_path / "runs.csv")] == ["lir_ind+rir-train32"]
+    assert [r["variant"] for r in read_rows(tmp_path / "runs.csv")] == ["lir_ind+rir-train32-eval8"]
     stage_dirs = row["stage_dirs"].split()
     assert [d.split("/")[-1].split("-")[0] for d in stage_dirs] == ["x_to_rir", "x+lir+rir_to_rir"]
     predictions = [json.loads(line) for line in (tmp_path / "pipeline" / "predictions.jsonl").read_text().splitlines()]
@@ -83,7 +83,7 @@ def test_a_final_ir_that_does_not_invert_is_wrong_with_its_reason(tmp_path, monk
 @needs_mirror
 def test_graphq_pipeline_scores_the_compiled_sparql(tmp_path):
     row = run(smoke(tmp_path, "data=cfq_mcd1", "ir=graphq"), tmp_path / "graphq")
-    assert row["variant"] == "graphq-train32" and row["stage_dirs"].split("/")[-1].startswith("x_to_graphq-")
+    assert row["variant"] == "graphq-train32-eval8" and row["stage_dirs"].split("/")[-1].startswith("x_to_graphq-")
     predictions = [json.loads(line) for line in (tmp_path / "graphq" / "predictions.jsonl").read_text().splitlines()]
     for p in predictions:  # the stage writes IR; what is scored is SPARQL (or nothing, with the parse error)
         assert p["gold"].startswith("SELECT") and p["stage1_graphq"].split()[:1] != ["SELECT"]
