@@ -68,6 +68,8 @@ def test_the_translator_refuses_what_the_ir_cannot_say():
                     "?x2 film.editor.film ?x0 }")
     with pytest.raises(IRError, match=r"the answer must be \?x0"):
         from_sparql("SELECT DISTINCT ?x1 WHERE { ?x1 a film.film }")
+    with pytest.raises(IRError, match="SPARQL's OPTIONAL is outside the fragment"):
+        from_sparql("SELECT DISTINCT ?x0 WHERE { ?x0 a film.film . OPTIONAL { ?x0 film.film.directed_by M1 } }")
     with pytest.raises(IRError, match="compiled SPARQL is not CFQ SPARQL"):
         to_sparql(parse("what <ES> that <R> not-a-relation </R> <E> M1 </E> </ES>"))
 

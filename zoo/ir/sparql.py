@@ -138,13 +138,14 @@ class SparqlRIR(IntermediateRepresentation):
         return [f"{subject} {relation} {o}" for o in objects], position + 3
 
     def structure(self, ir: str) -> str:
-        return _ANONYMISED_LIST.sub("var", _anonymised(ir))
+        return _ANONYMISED_LIST.sub("var", anonymised(ir))
 
 
 _ANONYMISED_LIST = re.compile(r"var( , var)+")
 
 
-def _anonymised(text: str) -> str:
+def anonymised(text: str) -> str:
+    """Entities and variables as ``var``, token by token (Table 5's structures; also SPARQL's lossy IR)."""
     return " ".join("var" if term_kind(t) in (NODE_ENTITY, NODE_VARIABLE) else t for t in text.split())
 
 
@@ -154,7 +155,7 @@ class SparqlLIR(IntermediateRepresentation):
 
     def forward(self, program: str, utterance: str = "") -> str:
         # token by token, so it applies to a program and to its RIR alike (the lir+rir pipelines)
-        return _anonymised(program)
+        return anonymised(program)
 
     def structure(self, ir: str) -> str:
-        return _anonymised(ir)
+        return anonymised(ir)

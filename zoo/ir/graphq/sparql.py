@@ -17,7 +17,6 @@ same query with other variable names (``python -m zoo.ir verify --ir graphq --da
 """
 from __future__ import annotations
 
-import re
 from collections import defaultdict, deque
 
 from zoo.formalisms import FormalismError
@@ -26,6 +25,7 @@ from zoo.formalisms.sparql import (NODE_VARIABLE, TYPE_RELATION, CfqSparql, Filt
 from zoo.ir import IntermediateRepresentation, IRError, register_ir
 from zoo.ir.graphq import (Clause, Entity, EntitySet, Inequality, Item, Node, Query, Relation, RelationClause,
                            TypeClause, parse, unparse)
+from zoo.ir.sparql import anonymised
 
 _SPARQL = CfqSparql()
 
@@ -115,8 +115,17 @@ def lower(query: Query) -> SparqlQuery:
 
 # ----- translator: SPARQL -> tree ------------------------------------------------------------------------------------
 
+# SPARQL constructs outside CFQ's fragment (SELECT DISTINCT or count, triples, FILTER !=), named when refused
+UNSUPPORTED = ("ASK", "CONSTRUCT", "DESCRIBE", "OPTIONAL", "UNION", "MINUS", "GRAPH", "SERVICE", "BIND", "VALUES",
+               "EXISTS", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET", "REGEX", "LANG")
+
+
 def from_sparql(program: str) -> Query:
     """The GraphQ IR tree of a CFQ SPARQL query; ``IRError`` names what the IR cannot express."""
+    unsupported = [token for token in program.split() if token.upper() in UNSUPPORTED]
+    if unsupported:
+        raise IRError(f"graphq: SPARQL's {unsupported[0]} is outside the fragment GraphQ IR covers here (CFQ's: "
+                      "SELECT DISTINCT or count ( * ), triples, FILTER ( a != b ))")
     try:
         query = _SPARQL.canonical_query(_SPARQL.parse(program))
     except FormalismError as e:
@@ -283,8 +292,5 @@ class GraphQIR(IntermediateRepresentation):
         return to_sparql(parse(ir))
 
     def structure(self, ir: str) -> str:
-        # Table 5's anonymisation: entities out; entity sets have no names to anonymise
-        return _ENTITY.sub("<E> var </E>", ir)
-
-
-_ENTITY = re.compile(r"<E> \S+ </E>")
+        # Table 5's: entities (and, in a program, variables) as var; entity sets have no names to anonymise
+        return anonymised(ir)
