@@ -174,7 +174,8 @@ def _variable_index(term: str) -> int:
 
 
 class _Walk:
-    """One walk over a query's term graph; ``covered`` holds what it has written."""
+    """Walks over one query's term graph, each term's links becoming clauses; ``covered_links`` and
+    ``covered_types`` hold what has been written, so that a later walk (the next statement) writes the rest."""
 
     def __init__(self, types: dict[str, list[str]], links: dict[str, dict[str, list]]):
         self.types, self.links = types, links
@@ -200,12 +201,10 @@ class _Walk:
         clauses: list[Clause] = []
         if not is_variable:
             clauses += [TypeClause(t) for t in sorted(self.types.get(term, ()))]
-        others = [o for o in self.links.get(term, {}) if o != parent
-                  and frozenset((term, o)) not in self.covered_links]
         # entities first (by their clause's text), then entity sets in the order of their variables
         entity_clauses, set_clauses = [], []
-        for other in others:
-            if frozenset((term, other)) in self.covered_links:  # written by an earlier clause's walk
+        for other in self.links.get(term, {}):
+            if other == parent or frozenset((term, other)) in self.covered_links:  # or an earlier clause wrote it
                 continue
             self.covered_links.add(frozenset((term, other)))
             items = _items(term, other, self.links[term][other])
