@@ -208,3 +208,10 @@ def test_four_two_hop_matches_keep_their_answer():
     assert oxigraph.run(SPARQL.parse(program)) == frozenset({"v0"})
     assert ladybug.run(sparql_to_cypher(program), "select") == frozenset({"v0"})  # the clauses in the query's order
     assert ladybug.run(cypher_of(lower(from_sparql(program))), "select") == frozenset({"v0"})
+
+
+def test_queries_equal_up_to_variable_names():
+    a = "SELECT count ( * ) WHERE { ?x0 a film.film . ?x1 a film.actor . M0 film.film.directed_by ?x1 }"
+    b = "SELECT count ( * ) WHERE { ?x1 a film.film . ?x0 a film.actor . M0 film.film.directed_by ?x0 }"
+    assert SPARQL.equal_up_to_variable_names(a, b) and SPARQL.canonical(a) != SPARQL.canonical(b)
+    assert not SPARQL.equal_up_to_variable_names(a, b.replace("?x0 a film.actor", "?x0 a film.editor"))

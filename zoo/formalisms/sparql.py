@@ -34,6 +34,7 @@ CFQ has no executor here: the Freebase subset it queries is not in the data mirr
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -68,6 +69,10 @@ class Triple:
     def __str__(self) -> str:
         return f"{self.subject} {self.relation} {self.object}"
 
+    @property
+    def ends(self) -> tuple[str, str]:
+        return self.subject, self.object
+
 
 @dataclass(frozen=True)
 class Filter:
@@ -78,6 +83,10 @@ class Filter:
 
     def __str__(self) -> str:
         return f"FILTER ( {self.left} != {self.right} )"
+
+    @property
+    def ends(self) -> tuple[str, str]:
+        return self.left, self.right
 
 
 Conjunct = Union[Triple, Filter]
@@ -255,6 +264,23 @@ class CfqSparql(Formalism):
 
     def canonical(self, program: str) -> str:
         return self.unparse(self.canonical_query(self.parse(program)))
+
+    def equal_up_to_variable_names(self, first: str, second: str) -> bool:
+        """Whether the two queries are the same once the variables of one are renamed (tries each renaming)."""
+        a, b = self.canonical_query(self.parse(first)), self.canonical(second)
+        variables = sorted({t for c in a.conjuncts for t in c.ends if term_kind(t) == NODE_VARIABLE})
+        for names in itertools.permutations(variables):
+            renaming = dict(zip(variables, names))
+
+            def rename(term: str) -> str:
+                return renaming.get(term, term)
+
+            renamed = tuple(Filter(rename(c.left), rename(c.right)) if isinstance(c, Filter)
+                            else Triple(rename(c.subject), c.relation, rename(c.object)) for c in a.conjuncts)
+            projection = rename(a.projection) if a.projection else None
+            if self.unparse(self.canonical_query(SparqlQuery(a.query_type, projection, renamed))) == b:
+                return True
+        return False
 
     def round_trip(self, program: str) -> str:
         """Text -> query -> graph -> query -> text; equal to the input up to the canonical form."""

@@ -35,8 +35,8 @@ EBNF; the paper's is ANTLR's), parsed LALR(1).
 
 The compiler (``zoo.ir.graphq.sparql``, ``zoo.ir.graphq.cypher``) works on the tree this module defines:
 ``parse(text) -> Query`` (the front end), ``unparse(Query) -> text``. SPARQL variables are named breadth-first
-(``?x0``, ``?x1``, ...), which is CFQ's own numbering in all but a few dozen queries; an inequality takes the direction of the
-relations it shares a clause with (every CFQ filter repeats a triple's direction).
+(``?x0``, ``?x1``, ...), which is CFQ's own numbering in all but a few dozen queries. An inequality takes the
+direction of the relation before it in its clause (every CFQ filter repeats a triple's direction).
 """
 from __future__ import annotations
 

@@ -6,11 +6,12 @@ is the CFQ term (``M0``, ``m_05zppz``) and ``types`` the list of its Freebase ty
 per Freebase property, named by ``label`` (``film.actor.film`` -> ``film__actor__film``: table names cannot hold
 dots).
 
-Each triple becomes a pattern: a property path ``a/b`` a two-hop pattern through a node of its own (``h0``), ``^a`` an edge
-the other way, ``a|b`` an alternation ``[:a|b]``. An alternation of paths longer than one step has no pattern
-form; it becomes ``EXISTS { MATCH ... } OR EXISTS { MATCH ... }``. Each triple has its own MATCH clause, so that
-Cypher's rule that one MATCH uses an edge once cannot drop answers SPARQL keeps, and ``WITH *`` between them. Types are ``'t' IN x.types``,
-filters ``x.id <> y.id``. A select query returns ``DISTINCT x0.id``, a yes/no question ``count(*) > 0``::
+Each triple becomes a pattern: a property path ``a/b`` a two-hop pattern through a node of its own (``h0``),
+``^a`` an edge the other way, ``a|b`` an alternation ``[:a|b]``. An alternation of paths longer than one step has
+no pattern form; it becomes ``EXISTS { MATCH ... } OR EXISTS { MATCH ... }``. Each triple has its own MATCH clause
+(Cypher's rule that one MATCH uses an edge once would drop answers SPARQL keeps), with ``WITH *`` between them.
+Types are ``'t' IN x.types``, filters ``x.id <> y.id``. A select query returns ``DISTINCT x0.id``, a yes/no
+question ``count(*) > 0``::
 
     SELECT DISTINCT ?x0 WHERE { ?x0 a film.editor . ?x0 film.editor.film M1 . FILTER ( ?x0 != M1 ) }
 
@@ -72,7 +73,8 @@ def cypher_of(query: SparqlQuery) -> str:
                 matches.append(f"MATCH {_chain(subject, alternatives[0], object_, hops)}")
             elif all(len(a) == 1 and a[0][1] == alternatives[0][0][1] for a in alternatives):
                 edge = "|".join(label(a[0][0]) for a in alternatives)
-                matches.append(f"MATCH {_chain(subject, [(edge, alternatives[0][0][1])], object_, hops, labelled=True)}")
+                steps = [(edge, alternatives[0][0][1])]
+                matches.append(f"MATCH {_chain(subject, steps, object_, hops, labelled=True)}")
             else:
                 conditions.append("(" + " OR ".join(f"EXISTS {{ MATCH {_chain(subject, a, object_, hops)} }}"
                                                      for a in alternatives) + ")")

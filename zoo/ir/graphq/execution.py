@@ -19,7 +19,7 @@ import concurrent.futures
 import random
 from dataclasses import dataclass, field
 
-from zoo.formalisms.sparql import NODE_VARIABLE, TYPE_RELATION, Filter, SparqlQuery, Triple, term_kind
+from zoo.formalisms.sparql import NODE_TYPE, NODE_VARIABLE, TYPE_RELATION, Filter, SparqlQuery, term_kind
 from zoo.ir.graphq.cypher import label, path_alternatives
 
 NS = "http://rdf.freebase.com/ns/"
@@ -66,9 +66,7 @@ def executable_sparql(query: SparqlQuery) -> str:
 
 def random_graphs(query: SparqlQuery, rng: random.Random, noise: int = 2) -> list[Graph]:
     """A planted graph, a merged one (when the query has two terms to merge) and ``noise`` random ones."""
-    terms = sorted({t for c in query.conjuncts for t in ((c.left, c.right) if isinstance(c, Filter)
-                                                         else (c.subject, c.object)) if term_kind(t) is not None
-                    and not (isinstance(c, Triple) and c.relation == TYPE_RELATION and t == c.object)})
+    terms = sorted({t for c in query.conjuncts for t in c.ends if term_kind(t) != NODE_TYPE})
     variables = [t for t in terms if term_kind(t) == NODE_VARIABLE]
     entities = [t for t in terms if term_kind(t) != NODE_VARIABLE]
     graphs = [_planted(query, {v: f"v{i}" for i, v in enumerate(variables)}, entities, rng, "planted")]
@@ -194,8 +192,8 @@ class Ladybug:
         for node, types in graph.types.items():
             self.connection.execute("CREATE (:Entity {id: $id, types: $types})", {"id": node, "types": sorted(types)})
         for subject, step, object_ in sorted(graph.edges):
-            self.connection.execute(f"MATCH (a:Entity {{id: $s}}), (b:Entity {{id: $o}}) CREATE (a)-[:{label(step)}]->(b)",
-                                    {"s": subject, "o": object_})
+            self.connection.execute(f"MATCH (a:Entity {{id: $s}}), (b:Entity {{id: $o}}) "
+                                    f"CREATE (a)-[:{label(step)}]->(b)", {"s": subject, "o": object_})
 
     def run(self, cypher: str, query_type: str) -> Answer:
         try:

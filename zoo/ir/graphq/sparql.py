@@ -136,8 +136,7 @@ def from_sparql(program: str) -> Query:
         if isinstance(conjunct, Triple) and conjunct.relation == TYPE_RELATION:
             types[conjunct.subject].append(conjunct.object)
             continue
-        left, right = (conjunct.left, conjunct.right) if isinstance(conjunct, Filter) else (
-            conjunct.subject, conjunct.object)
+        left, right = conjunct.ends
         links[left][right].append(conjunct)
         if left != right:
             links[right][left].append(conjunct)
