@@ -56,6 +56,8 @@ def test_the_tree_of_a_filter_clause():
     ("whether <E> M1 </E>", "column 20 found the end; expected one of '<R>', 'is'"),
     ("what <ES> <C> film.film </C> that is <C> </C> </ES>", "column 42 found '</C>'; expected one of a name"),
     ("who <ES> </ES>", "column 1 found 'who'; expected one of 'what', 'whether', in 'who <ES> </ES>'"),
+    ("what <ES> </ES> </ES>", "column 17 found '</ES>'; expected one of the end"),
+    ("what <ES> <C> a>b </C> </ES>", "column 16 found '>'; expected one of '</C>'"),
 ])
 def test_malformed_ir_names_the_column_and_what_was_expected(ir, message):
     with pytest.raises(IRError, match=re.escape("graphq: at " + message)):

@@ -153,6 +153,8 @@ def _parser() -> Lark:
 
 
 def _describe(terminal: str) -> str:
+    if terminal == "$END":
+        return "the end"
     pattern = _parser().get_terminal(terminal).pattern
     if pattern.type == "str":
         return repr(pattern.value)
@@ -164,10 +166,13 @@ def parse(text: str) -> Query:
     try:
         return _ToTree().transform(_parser().parse(text))
     except UnexpectedInput as e:
-        token = getattr(e, "token", None)
-        at_end = token is None or token.type == "$END"
-        column = len(text) + 1 if at_end else e.column
-        found = "the end" if at_end else repr(str(token))
+        token, char = getattr(e, "token", None), getattr(e, "char", None)
+        if char is not None:  # a character that starts no token
+            column, found = e.column, repr(char)
+        elif token is None or token.type == "$END":
+            column, found = len(text) + 1, "the end"
+        else:
+            column, found = e.column, repr(str(token))
         expected = getattr(e, "expected", None) or getattr(e, "allowed", None) or ()
         wanted = ", ".join(sorted(_describe(t) for t in expected)) or "a token of the grammar"
         raise IRError(f"graphq: at column {column} found {found}; expected one of {wanted}, in "
