@@ -9,8 +9,8 @@ from zoo.formalisms.sparql import CfqSparql
 from zoo.ir import IRError, get_ir
 from zoo.ir.graphq import Entity, EntitySet, Inequality, Query, Relation, RelationClause, parse, unparse
 from zoo.ir.graphq.__main__ import translate
-from zoo.ir.graphq.cypher import cypher_of, path_alternatives, sparql_to_cypher
-from zoo.ir.graphq.execution import Graph, Ladybug, Oxigraph, random_graphs
+from zoo.ir.graphq.cypher import cypher_of, sparql_to_cypher
+from zoo.ir.graphq.execution import Graph, Ladybug, Oxigraph, query_properties, random_graphs
 from zoo.ir.graphq.sparql import from_sparql, lower, to_sparql
 
 SPARQL = CfqSparql()
@@ -179,7 +179,7 @@ def test_random_graphs_plant_an_answer():
     planted, merged, *noise = random_graphs(query, random.Random(0), noise=2)
     assert (planted.kind, merged.kind, [g.kind for g in noise]) == ("planted", "merged", ["noise", "noise"])
     oxigraph, ladybug = Oxigraph(timeout_s=10), Ladybug(timeout_s=10)
-    properties = {s for c in query.triples for seq in path_alternatives(c.relation) for s, _ in seq}
+    properties = query_properties(query)
     cypher = cypher_of(lower(from_sparql(EXECUTION_CASES[12][0])))
     for graph in (planted, merged, *noise):
         oxigraph.load(graph)

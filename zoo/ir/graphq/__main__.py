@@ -31,27 +31,27 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo.formalisms import FormalismError
-from zoo.formalisms.sparql import TYPE_RELATION, CfqSparql
+from zoo.formalisms.sparql import CfqSparql
 from zoo.ir.graphq import parse, unparse
 
 
 def translate(text: str, target: str) -> str:
     """``text`` (CFQ SPARQL or GraphQ IR) in the ``target`` language: ir, sparql or cypher."""
-    from zoo.ir.graphq.cypher import cypher_of
-    from zoo.ir.graphq.sparql import from_sparql, lower, to_sparql
+    from zoo.ir.graphq.cypher import to_cypher
+    from zoo.ir.graphq.sparql import from_sparql, to_sparql
 
     tree = from_sparql(text) if text.lstrip().startswith("SELECT") else parse(text)
     if target == "ir":
         return unparse(tree)
-    return to_sparql(tree) if target == "sparql" else cypher_of(lower(tree))
+    return to_sparql(tree) if target == "sparql" else to_cypher(tree)
 
 
 def execute(dataset: str, sample: int, seed: int, noise_graphs: int, timeout_s: float,
             root: str | None = None) -> tuple[list[dict], list[dict]]:
     """(one summary row per kind of graph, the disagreements) over ``sample`` test queries of ``dataset``."""
     from datamodules import read_splits
-    from zoo.ir.graphq.cypher import cypher_of, path_alternatives
-    from zoo.ir.graphq.execution import Ladybug, Oxigraph, QueryTimeout, random_graphs
+    from zoo.ir.graphq.cypher import cypher_of
+    from zoo.ir.graphq.execution import Ladybug, Oxigraph, QueryTimeout, query_properties, random_graphs
     from zoo.ir.graphq.sparql import from_sparql, lower
 
     sparql, rng = CfqSparql(), random.Random(seed)
@@ -65,8 +65,7 @@ def execute(dataset: str, sample: int, seed: int, noise_graphs: int, timeout_s: 
         gold = sparql.parse(example.program)
         compiled = lower(parse(unparse(from_sparql(example.program))))
         cypher = cypher_of(compiled)
-        properties = {step for c in gold.triples if c.relation != TYPE_RELATION
-                      for sequence in path_alternatives(c.relation) for step, _ in sequence}
+        properties = query_properties(gold)
         for graph in random_graphs(gold, rng, noise=noise_graphs):
             count = counts.setdefault(graph.kind, Counter())
             count["graphs"] += 1

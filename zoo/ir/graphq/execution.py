@@ -76,8 +76,7 @@ def random_graphs(query: SparqlQuery, rng: random.Random, noise: int = 2) -> lis
         places = {v: f"v{i}" for i, v in enumerate(variables)}
         places[victim] = places.get(target, target)
         graphs.append(_planted(query, places, entities, rng, "merged"))
-    properties = sorted({step for alternative in _relations(query) for sequence in path_alternatives(alternative)
-                         for step, _ in sequence})
+    properties = sorted(query_properties(query))
     types = sorted({c.object for c in query.triples if c.relation == TYPE_RELATION})
     for _ in range(noise):
         graph = Graph("noise")
@@ -89,8 +88,10 @@ def random_graphs(query: SparqlQuery, rng: random.Random, noise: int = 2) -> lis
     return graphs
 
 
-def _relations(query: SparqlQuery) -> list[str]:
-    return [c.relation for c in query.triples if c.relation != TYPE_RELATION]
+def query_properties(query: SparqlQuery) -> set[str]:
+    """The Freebase properties the steps of the query's property paths name (a graph database needs a table each)."""
+    return {step for c in query.triples if c.relation != TYPE_RELATION
+            for sequence in path_alternatives(c.relation) for step, _ in sequence}
 
 
 def _planted(query: SparqlQuery, places: dict[str, str], entities: list[str], rng: random.Random,
