@@ -6,6 +6,7 @@
     python benchmarks/run.py model=seq2seq data=scan_simple debug=smoke         # seconds, on a few examples
     python benchmarks/run.py model=seq2seq ir=lir_ind+rir data=cfq_mcd1          # an IR pipeline (zoo/ir/pipeline.py)
     python benchmarks/run.py model=bert2bert_minilm ir=rir data=scan_length      # warm-started from MiniLM
+    python benchmarks/run.py model=seq2seq retrieval=gandr data=geo_sql_iid      # GandR exemplars (zoo/retrieval.py)
 
 The run directory is runs/<model>-<variant>/<data>/seed<seed>; a finished run appends one row to
 results/runs.csv (see zoo/train.py).
@@ -23,11 +24,12 @@ from datamodules import DataFormatError, MissingDataError  # noqa: E402
 from zoo.ir import UnsupportedIRError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
+from zoo.retrieval import RetrievalError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
 
 # Mistakes in the command or the data: reported in one message, without a traceback.
-USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, MissingDataError,
-               DataFormatError)
+USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, RetrievalError,
+               MissingDataError, DataFormatError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

@@ -117,7 +117,9 @@ class ParsingDataModule(L.LightningDataModule):
         root: data root; ``None`` means ``$ZOO_DATA``, else ``<repo>/data``.
         val_fraction, val_seed: for datasets without a dev set (SCAN), the share of train held out as validation
             and the seed choosing it; ignored where a dev set exists.
-        limit_train: keep only the first N training examples (after the hold-out); ``None`` keeps all.
+        train_limit, train_limit_seed: a low-resource variant: a random N training examples (after the hold-out),
+            chosen by the seed, in their source order; ``None`` keeps all.
+        limit_train: keep only the first N training examples (after the hold-out): quick runs on large data.
         limit_eval: keep only the first N validation and N test examples.
         batch_size, eval_batch_size: training batch size; evaluation batch size (``None``: same as training).
         num_workers: DataLoader worker processes.
@@ -125,7 +127,8 @@ class ParsingDataModule(L.LightningDataModule):
     """
 
     def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
-                 limit_train: int | None = None, limit_eval: int | None = None, batch_size: int = 64,
+                 train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
+                 limit_eval: int | None = None, batch_size: int = 64,
                  eval_batch_size: int | None = None, num_workers: int = 0, download: bool = False):
         super().__init__()
         self.save_hyperparameters()
@@ -133,6 +136,12 @@ class ParsingDataModule(L.LightningDataModule):
         self.root = resolve_root(root)
         self.val_fraction, self.val_seed = val_fraction, val_seed
         self.limit_train, self.limit_eval = limit_train, limit_eval
+        self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
+        if train_limit is not None and limit_train is not None:
+            raise ValueError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
+                             "do not combine: set one of them")
+        if train_limit is not None and train_limit < 1:
+            raise ValueError(f"data.train_limit={train_limit}: expected a positive number of training examples")
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers
         self.download = download
@@ -181,6 +190,12 @@ class ParsingDataModule(L.LightningDataModule):
             train, val = hold_out(train, self.val_fraction, self.val_seed)
             self.val_held_out = True
         test = list(splits["test"])
+        if self.train_limit is not None:
+            if self.train_limit > len(train):
+                raise ValueError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
+                                 "training examples: drop train_limit to use them all")
+            chosen = set(random.Random(self.train_limit_seed).sample(range(len(train)), self.train_limit))
+            train = [e for i, e in enumerate(train) if i in chosen]
         if self.limit_train is not None:
             train = train[: self.limit_train]
         if self.limit_eval is not None:

@@ -1,15 +1,39 @@
 """The zoo's shared layer. Importing it registers the OmegaConf resolvers that configs/ uses."""
 from __future__ import annotations
 
+import re
+
 from omegaconf import OmegaConf
 
 
-def _ir_variant(ir: str | None, limit_train: int | None = None, limit_eval: int | None = None) -> str:
-    """configs/model/seq2seq.yaml: the run's variant is the IR pipeline's name (no IR: the baseline), with the sizes of
-    the subsamples when there are any (``data.limit_train``, ``data.limit_eval``): ``rir-train20000-eval2000``."""
-    variant = "baseline" if ir in (None, "none") else ir
-    variant += "" if limit_train is None else f"-train{limit_train}"
-    return variant + ("" if limit_eval is None else f"-eval{limit_eval}")
+def _seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, alpha: float = 0.5) -> str:
+    """configs/model/seq2seq.yaml: the run's variant is the IR pipeline's name (``rir``) or the retrieval method with
+    its exemplar count and output weight (``input_tfidf-k4``, ``gandr-k4-a0.5``); with neither, ``baseline``."""
+    if retrieval == "input":
+        return f"input_tfidf-k{k}"
+    if retrieval == "gandr":
+        return f"gandr-k{k}-a{alpha:g}"
+    return "baseline" if ir in (None, "none") else ir
 
 
-OmegaConf.register_new_resolver("ir_variant", _ir_variant, replace=True)
+def _subsample(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
+               limit_eval: int | None = None) -> str:
+    """configs/run.yaml: what follows the model's variant when a run uses part of the data: ``-sample1000`` (a seeded
+    random 1,000 training examples; ``-sample1000s3`` with another seed), ``-train20000`` (the first 20,000),
+    ``-eval2000`` (the first 2,000 dev and test examples)."""
+    suffix = "" if train_limit is None else f"-sample{train_limit}" + (f"s{train_limit_seed}" if train_limit_seed else "")
+    suffix += "" if limit_train is None else f"-train{limit_train}"
+    return suffix + ("" if limit_eval is None else f"-eval{limit_eval}")
+
+
+_SUBSAMPLE = re.compile(r"-(?:sample|train|eval)\d.*$")
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+    """``rir-train20000-eval2000`` -> (``rir``, ``train20000-eval2000``): the method, and the subsample it ran on."""
+    match = _SUBSAMPLE.search(variant)
+    return (variant, "") if match is None else (variant[:match.start()], match.group()[1:])
+
+
+OmegaConf.register_new_resolver("seq2seq_variant", _seq2seq_variant, replace=True)
+OmegaConf.register_new_resolver("subsample", _subsample, replace=True)

@@ -16,7 +16,7 @@ import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import lightning.pytorch as L
 import torch
@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.registry import get_dataset, get_model
 from zoo.results import append_row, write_jsonl
-from zoo.types import Example
+from zoo.stages import Rewrite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
@@ -74,8 +74,15 @@ class Throughput(Callback):
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``);
-    returns the row written to the results file."""
+    """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
+    ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
+    retrieval = cfg.get("retrieval", {}).get("name", "none")
+    if retrieval != "none":
+        from zoo.retrieval import run_retrieval
+
+        if cfg.get("ir", "none") != "none":
+            raise RunConfigError(f"retrieval={retrieval} and ir={cfg.ir} do not combine: choose one of them")
+        return run_retrieval(cfg, run_dir)
     if cfg.get("ir", "none") != "none":
         from zoo.ir.pipeline import run_pipeline
 
@@ -83,10 +90,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     return train_and_test(cfg, run_dir)
 
 
-def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Example], Example] | None = None,
-                   formalism: str | None = None) -> dict[str, Any]:
-    """One model: train, test, record. An IR pipeline's stage passes ``rewrite`` (each example of every split to
-    its stage's source and target) and the ``formalism`` its targets are scored in."""
+def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None = None,
+                   formalism: str | None = None, init_from: str | None = None) -> dict[str, Any]:
+    """One model: train, test, record. A stage of a multi-stage method (``zoo.stages``) passes ``rewrite`` (what
+    each split becomes: an IR stage's sources and targets, exemplars appended to the utterances), the ``formalism``
+    its targets are scored in, and ``init_from``, a checkpoint whose featurizer and weights training starts from."""
     spec = get_dataset(cfg.data.name)
     formalism = formalism or spec.formalism
     model_cls = get_model(cfg.model.name)
@@ -105,7 +113,8 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
     datamodule.setup()
     if rewrite is not None:
         datamodule.train, datamodule.val, datamodule.test = (
-            [rewrite(e) for e in split] for split in (datamodule.train, datamodule.val, datamodule.test))
+            rewrite(name, split) for name, split in
+            (("train", datamodule.train), ("val", datamodule.val), ("test", datamodule.test)))
 
     params = OmegaConf.to_container(cfg.model.params, resolve=True)
     featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
@@ -113,10 +122,13 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
         for target, key in ((params, "smoke_params"), (featurizer, "smoke_featurizer")):
             if cfg.model.get(key):
                 target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
-    restored = resume_from or tested
-    featurizer_state = torch.load(restored, weights_only=False)["featurizer"] if restored else None
+    restored = resume_from or tested or init_from
+    checkpoint = torch.load(restored, map_location="cpu", weights_only=False) if restored else None
     model = model_cls.build(datamodule.train, formalism, featurizer=featurizer,
-                            featurizer_state=featurizer_state, world=datamodule.world, **params)
+                            featurizer_state=checkpoint["featurizer"] if checkpoint else None,
+                            world=datamodule.world, **params)
+    if restored == init_from and init_from:  # a resumed or tested run loads its own weights below
+        model.load_state_dict(checkpoint["state_dict"])
     datamodule.attach(model.featurizer)
 
     monitor = f"val/{model.primary_metric}"
@@ -150,7 +162,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit,
             "model": cfg.model.name,
-            "variant": cfg.model.variant,
+            "variant": run_variant(cfg),
             "backbone": getattr(model, "backbone", cfg.model.name),
             "data": cfg.data.name,
             "seed": cfg.seed,
@@ -172,17 +184,22 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Callable[[Exam
             "run_dir": str(run_dir),
             "retested_checkpoint": tested or "",
         }
-        row.update(labels(cfg))
-        results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
-        append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
+        record(cfg, run_dir, row)
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
                  run_dir / "predictions.jsonl")
     return row
 
 
-def labels(cfg: DictConfig) -> dict[str, str]:
-    """The free-form columns of a results row that the run's config sets (``note``, ``protocol``)."""
-    return {key: str(cfg[key]) for key in ("note", "protocol") if cfg.get(key)}
+def run_variant(cfg: DictConfig) -> str:
+    """The results' variant: the model's (``rir``, ``gandr-k4-a0.5``) and the data subsample (``-sample1000``)."""
+    return f"{cfg.model.variant}{cfg.get('subsample') or ''}"
+
+
+def record(cfg: DictConfig, run_dir: Path, row: dict[str, Any]) -> None:
+    """Append ``row``, with the free-form columns the config sets (``note``, ``protocol``), to the results file."""
+    row.update({key: str(cfg[key]) for key in ("note", "protocol") if cfg.get(key)})
+    results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
+    append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:

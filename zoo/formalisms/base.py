@@ -73,6 +73,16 @@ class Formalism:
         """The denotation of an answer the data ships (SCAN-SP's action string), to compare with ``execute``."""
         raise FormalismError(f"formalism {self.name!r} does not read shipped answers")
 
+    # ----- structure (GandR's output similarity and template recall, zoo.retrieval) ------------------------------
+    def structure(self, program: str) -> list[str]:
+        """The program's structural tokens, its values left out (SQL: tables, columns and operators; FunQL:
+        predicates). Read token by token, never parsed, so that a malformed prediction still has a structure."""
+        raise FormalismError(f"formalism {self.name!r} gives no structure for output similarity")
+
+    def template(self, program: str) -> str:
+        """The program with its values masked: two programs share a template when they differ only in values."""
+        return " ".join(self.structure(program))
+
     def interpret(self, utterance: str) -> str:
         """The program of an utterance, where the utterances come from a known grammar (SCAN commands); ``verify``
         checks the gold programs of a dataset against it."""
@@ -84,6 +94,22 @@ class Formalism:
 
 # A quoted constant ('rhode island', spaces and all), a bracket or comma, or a bare symbol.
 _TERM_TOKEN = re.compile(r"'[^']*'|[(),]|[^\s(),']+")
+VALUE = "VALUE"  # what ``template`` writes in place of a value
+
+
+def term_tokens(program: str) -> list[str]:
+    """The tokens of a prefix term, without checking anything (``structure`` reads malformed predictions too)."""
+    return _TERM_TOKEN.findall(program)
+
+
+def term_predicates_and_template(program: str) -> tuple[list[str], str]:
+    """A prefix term's predicates (the symbols applied to arguments, in order) and its template (every leaf masked
+    as ``VALUE``)."""
+    tokens = term_tokens(program)
+    following = tokens[1:] + [""]
+    predicates = [t for t, after in zip(tokens, following) if after == "("]
+    masked = [t if t in "()," or after == "(" else VALUE for t, after in zip(tokens, following)]
+    return predicates, " ".join(masked)
 
 
 def tokenize_brackets(program: str, formalism: str) -> list[str]:

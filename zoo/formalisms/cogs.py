@@ -17,12 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from zoo.formalisms.base import Formalism, FormalismError
+from zoo.formalisms.base import VALUE, Formalism, FormalismError
 
 _TOKEN = re.compile(r"[A-Za-z]+|\d+|[()*,.;_]")
 _TOKEN_OR_STRAY = re.compile(_TOKEN.pattern + r"|(?P<stray>\S)")
 _NAME = re.compile(r"[A-Z][a-z]+")  # a proper name (also rules out the keywords AND and LAMBDA)
 _WORD = re.compile(r"[a-z]+")
+_PREDICATE = re.compile(r"([a-z]+(?:\s*\.\s*[a-z]+)*)\s*\(")  # a predicate and its roles before their '('
+
 _INDEX = re.compile(r"\d+")
 
 
@@ -153,3 +155,11 @@ class COGS(Formalism):
 
     def canonical(self, program: str) -> str:
         return self.unparse(self.parse(program))
+
+    def structure(self, program: str) -> list[str]:
+        """The predicates with their roles (``girl``, ``roll.agent``, ``cat.nmod.beside``), in order."""
+        return [" ".join(p.split()).replace(" . ", ".") for p in _PREDICATE.findall(program)]
+
+    def template(self, program: str) -> str:
+        """The logical form with its proper names masked."""
+        return " ".join(VALUE if _NAME.fullmatch(t) else t for t in _TOKEN.findall(program))

@@ -66,7 +66,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .base import Formalism, FormalismError, parse_brackets, tokenize_brackets
+from .base import (Formalism, FormalismError, parse_brackets, term_predicates_and_template,
+                   tokenize_brackets)
 from .geobase import GeoBase
 
 Tree = Any  # a leaf str, or a tuple (head, *arguments) from parse_brackets
@@ -439,6 +440,14 @@ class FunQL(Formalism):
     def canonical(self, program: str) -> str:
         """The program in the data's spacing, so spacing differences in predictions do not matter."""
         return self.unparse(self.parse(program))
+
+    def structure(self, program: str) -> list[str]:
+        """The predicates (``answer``, ``population_1``, ``stateid``); constants left out."""
+        return term_predicates_and_template(program)[0]
+
+    def template(self, program: str) -> str:
+        """``answer ( population_1 ( stateid ( VALUE ) ) )``: every constant masked."""
+        return term_predicates_and_template(program)[1]
 
     def type_of(self, program: str | Tree) -> Type:
         tree = self.parse(program) if isinstance(program, str) else program

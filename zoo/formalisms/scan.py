@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from zoo.formalisms.base import Formalism, FormalismError, parse_brackets, unparse_brackets
+from zoo.formalisms.base import Formalism, FormalismError, parse_brackets, term_tokens, unparse_brackets
 
 # ----- SCAN actions --------------------------------------------------------------------------------------------
 SCAN_ACTIONS = ("I_WALK", "I_LOOK", "I_RUN", "I_JUMP", "I_TURN_LEFT", "I_TURN_RIGHT")
@@ -51,6 +51,10 @@ class ScanActions(Formalism):
 
     def unparse(self, structure: Sequence[str]) -> str:
         return " ".join(structure)
+
+    def structure(self, program: str) -> list[str]:
+        """The actions themselves: SCAN outputs have no values (the template is the action sequence)."""
+        return program.split()
 
     def interpret(self, utterance: str) -> str:
         """The actions of a SCAN command, through its SCAN-SP program."""
@@ -202,6 +206,13 @@ class ScanSP(Formalism):
             raise FormalismError(f"scan_sp: a program must be an action, clause or command, found "
                                  f"{unparse_brackets(tree)!r} of type {program_type}")
         return tree
+
+    def structure(self, program: str) -> list[str]:
+        """Every symbol (``i_and``, ``i_walk``, ``i_left``): the term has no values, its template is the term."""
+        return [token for token in term_tokens(program) if token not in "(),"]
+
+    def template(self, program: str) -> str:
+        return " ".join(term_tokens(program))
 
     def unparse(self, structure: Any) -> str:
         return unparse_brackets(structure)

@@ -43,7 +43,7 @@ from typing import Iterable, Mapping, Union
 import torch
 from torch_geometric.data import Data
 
-from zoo.formalisms.base import Formalism, FormalismError
+from zoo.formalisms.base import VALUE, Formalism, FormalismError
 
 QUERY_TYPES = ("select", "count")
 TYPE_RELATION = "a"
@@ -52,6 +52,7 @@ FILTER_RELATION = "!="  # reserved edge label of FILTER ( a != b ); index 0 of e
 NODE_ENTITY, NODE_VARIABLE, NODE_TYPE = 0, 1, 2  # values of Data.node_kind
 NODE_KIND_NAMES = ("entity", "variable", "type constant")
 
+_NOT_STRUCTURE = {"SELECT", "WHERE", "{", "}", ".", "(", ")", "*"}
 _VARIABLE = re.compile(r"\?[A-Za-z_]\w*")
 _ENTITY = re.compile(r"M\d+|m_[0-9a-z_]+")
 _NAME = r"[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+"  # a Freebase type or predicate name, without its ns: prefix
@@ -264,6 +265,19 @@ class CfqSparql(Formalism):
 
     def canonical(self, program: str) -> str:
         return self.unparse(self.canonical_query(self.parse(program)))
+
+    def structure(self, program: str) -> list[str]:
+        """Relations and types (and the query form, ``DISTINCT`` or ``count``, and ``FILTER``): the tokens that
+        are neither variables, entities nor punctuation."""
+        return [t for t in program.split() if t not in _NOT_STRUCTURE and term_kind(t) not in (NODE_VARIABLE, NODE_ENTITY)]
+
+    def template(self, program: str) -> str:
+        """The canonical query with its entities masked (variables kept: they give the query's shape)."""
+        try:
+            program = self.canonical(program)
+        except FormalismError:
+            pass
+        return " ".join(VALUE if term_kind(t) == NODE_ENTITY else t for t in program.split())
 
     def equal_up_to_variable_names(self, first: str, second: str) -> bool:
         """Whether the two queries are the same once the variables of one are renamed (tries each renaming)."""

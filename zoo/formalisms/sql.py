@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from zoo.formalisms.base import Formalism, FormalismError
+from zoo.formalisms.base import VALUE, Formalism, FormalismError
 
 # One SQL token: a string literal ("" or '' doubles the quote inside), a number, a name (keyword, table, column,
 # placeholder, ``CITYalias0.CITY_NAME``, ``T.*``), a two-character operator, or one punctuation/operator character.
@@ -47,6 +47,15 @@ _TOKEN = re.compile(r"""
 """, re.X)
 _COMPARISONS = {"=", "==", "<>", "!=", "<", ">", "<=", ">="}
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_UNQUOTED_PLACEHOLDER = re.compile(r"[a-z_]+\d+")  # a variable standing for a number: year0, departure_time0
+_ALIAS_NUMBER = re.compile(r"(?<=[A-Z_])alias\d+")  # CITYalias0 -> CITY
+
+
+def _masked(program: str) -> list[str]:
+    """The query's tokens with every value (literal, number, placeholder) as ``VALUE`` and every alias as its table;
+    characters that start no token are skipped, so a malformed prediction still gives its structure."""
+    return [VALUE if _is_literal(t) or _NUMBER.fullmatch(t) or _UNQUOTED_PLACEHOLDER.fullmatch(t)
+            else _ALIAS_NUMBER.sub("", t) for t in _TOKEN.findall(program)]
 
 
 def _is_literal(token: str) -> bool:
@@ -308,6 +317,13 @@ class SQL(Formalism):
 
     def canonical(self, program: str) -> str:
         return " ".join(t if _is_literal(t) else t.lower() for t in self.parse(program).tokens)
+
+    def structure(self, program: str) -> list[str]:
+        """Tables, columns, keywords and operators, aliases resolved to their tables (``CITY.CITY_NAME``)."""
+        return [token for token in _masked(program) if token != VALUE and token not in "(),;"]
+
+    def template(self, program: str) -> str:
+        return " ".join(_masked(program))
 
     # ----- execution ------------------------------------------------------------------------------------------
     def load_world(self, path: str | Path, timeout_s: float = 2.0, max_rows: int = 100_000) -> SqlWorld:

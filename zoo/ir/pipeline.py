@@ -25,12 +25,10 @@ is a wrong prediction; its reason is the row's ``error`` in ``predictions.jsonl`
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +39,8 @@ from zoo.formalisms import get_formalism
 from zoo.ir import IRError, UnsupportedIRError, get_ir
 from zoo.metrics import ExampleScore, Scorer
 from zoo.registry import get_dataset
-from zoo.results import append_row, read_rows, write_jsonl
+from zoo.results import write_jsonl
+from zoo.stages import combined_row, load_stage_model, predict, run_stage, stage_directory
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -118,7 +117,7 @@ def check_pipeline(name: str, formalism: str) -> tuple[tuple[Stage, ...], Transf
 
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train the stages of ``cfg.ir`` that no earlier run trained, chain them over the test set, record one row."""
-    from zoo.train import REPO_ROOT, RunConfigError, _git_commit, labels, train_and_test
+    from zoo.train import RunConfigError, _git_commit, record
 
     spec = get_dataset(cfg.data.name)
     if cfg.model.name != "seq2seq":
@@ -137,22 +136,11 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     transforms.fit(datamodule.train)
     (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
 
-    stage_dirs = [stage_directory(cfg, stage) for stage in stages]
-    stage_rows = []
-    for stage, stage_dir in zip(stages, stage_dirs):
-        done = stage_dir / "runs.csv"
-        if cfg.overwrite and done.exists():
-            done.unlink()
-        if not done.exists():
-            if cfg.test_only:
-                raise RunConfigError(f"test_only=true: stage {stage.name} of ir={cfg.ir} has no finished run in "
-                                     f"{stage_dir}")
-            log.info("ir=%s: training stage %s in %s", cfg.ir, stage.name, stage_dir)
-            train_and_test(stage_config(cfg, stage, stage_dir), stage_dir, formalism="tokens",
-                           rewrite=lambda e, stage=stage: stage_example(transforms, stage, e))
-        else:
-            log.info("ir=%s: stage %s already trained in %s", cfg.ir, stage.name, stage_dir)
-        stage_rows.append(read_rows(done)[-1])
+    stage_dirs = [stage_directory(cfg, cfg.ir_stages_dir, stage.name) for stage in stages]
+    stage_rows = [run_stage(cfg, stage.name, stage_dir, formalism="tokens",
+                            rewrite=lambda split, examples, stage=stage: [stage_example(transforms, stage, e)
+                                                                          for e in examples])
+                  for stage, stage_dir in zip(stages, stage_dirs)]
 
     rows, stage1_correct, test_seconds = chain(stages, stage_dirs, transforms, datamodule.test,
                                                cfg.data.eval_batch_size or cfg.data.batch_size)
@@ -166,44 +154,14 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     write_jsonl(run_dir / "predictions.jsonl", rows)
 
     n_test = len(rows)
-    row: dict[str, Any] = {
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": commit,
-        "model": cfg.model.name,
-        "variant": cfg.model.variant,
-        "backbone": stage_rows[0]["backbone"],
-        "data": cfg.data.name,
-        "seed": cfg.seed,
-        "test_exact_match": sum(r["correct"] for r in rows) / max(n_test, 1),
-    }
+    row = combined_row(cfg, stage_rows, stage_dirs, run_dir, commit, len(datamodule.train), n_test, test_seconds)
+    row["test_exact_match"] = sum(r["correct"] for r in rows) / max(n_test, 1)
     if scorer.executes:
         row["test_denotation"] = sum(r.get("denotation_correct", False) for r in rows) / max(n_test, 1)
     if len(stages) > 1:  # how often the first stage's output was right (the paper's 47.2 on z_l, §4.1)
         row["test_stage1_exact_match"] = stage1_correct / max(n_test, 1)
-    train_seconds = sum(float(r["train_seconds"]) for r in stage_rows)
-    # stages train on as many examples each (same data, steps and batch size): the pipeline's rate over their
-    # training batches is the harmonic mean of theirs
-    rates = [max(float(r["train_examples_per_s"]), 1e-9) for r in stage_rows]
-    row.update({
-        "best_val_metric": "val/exact_match (last stage, gold inputs)",
-        "best_val": stage_rows[-1]["best_val"],
-        "params": sum(int(r["params"]) for r in stage_rows),
-        "n_train": len(datamodule.train),
-        "n_test": n_test,
-        "train_seconds": round(train_seconds, 1),  # every stage's, also those an earlier pipeline trained
-        "epochs": "+".join(str(r["epochs"]) for r in stage_rows),
-        "global_steps": "+".join(str(r["global_steps"]) for r in stage_rows),
-        "train_examples_per_s": round(len(rates) / sum(1 / rate for rate in rates), 1),
-        "test_examples_per_s": round(n_test / max(test_seconds, 1e-9), 1),
-        "hardware": stage_rows[-1]["hardware"],
-        "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),
-        "resumed": any(str(r["resumed"]) == "True" for r in stage_rows),
-        "run_dir": str(run_dir),
-        "stage_dirs": " ".join(str(d) for d in stage_dirs),
-    })
-    row.update(labels(cfg))
-    results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
-    append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
+    row["best_val_metric"] = "val/exact_match (last stage, gold inputs)"
+    record(cfg, run_dir, row)
     log.info("ir=%s test exact match %.4f; predictions in %s", cfg.ir, row["test_exact_match"],
              run_dir / "predictions.jsonl")
     return row
@@ -218,44 +176,19 @@ def stage_example(transforms: Transforms, stage: Stage, example: Example) -> Exa
     return replace(example, utterance=source, program=target)
 
 
-def stage_directory(cfg: DictConfig, stage: Stage) -> Path:
-    """Where a stage trains: by stage name and a hash of what determines its model (not the pipeline's name)."""
-    settings = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
-    settings["model"].pop("variant", None)
-    settings["seed"] = cfg.seed
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return Path(cfg.ir_stages_dir) / cfg.data.name / f"seed{cfg.seed}" / f"{stage.name}-{digest}"
-
-
-def stage_config(cfg: DictConfig, stage: Stage, stage_dir: Path) -> DictConfig:
-    stage_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    stage_cfg.model.variant = f"stage:{stage.name}"
-    stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
-    last = stage_dir / "checkpoints" / "last.ckpt"
-    stage_cfg.ckpt_path = "last" if cfg.ckpt_path == "last" and last.exists() else None
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(stage_cfg, stage_dir / "config.yaml")
-    return stage_cfg
-
-
 @torch.no_grad()
 def chain(stages: tuple[Stage, ...], stage_dirs: list[Path], transforms: Transforms, test: list[Example],
           batch_size: int) -> tuple[list[dict[str, Any]], int, float]:
     """Run the stages' best checkpoints one after the other over ``test``; per example, the final program (or the
     reason there is none) and each stage's output. Also how many first-stage outputs equal their gold target, and
     the seconds spent decoding (loading the checkpoints not counted)."""
-    from zoo.parser import Parser
-
     rows = [{"utterance": e.utterance, "gold": e.program} for e in test]
     sources = [e.utterance for e in test]
     stage1_correct, seconds = 0, 0.0
     for index, (stage, stage_dir) in enumerate(zip(stages, stage_dirs)):
-        best = stage_dir / "checkpoints" / "best.ckpt"  # absent when validation never ran: the final weights
-        model = Parser.load(str(best if best.exists() else stage_dir / "checkpoints" / "last.ckpt"))
-        if torch.cuda.is_available():
-            model.cuda()
+        model = load_stage_model(stage_dir)
         start = time.perf_counter()
-        outputs = _predict(model, sources, batch_size)
+        outputs = predict(model, sources, batch_size)
         seconds += time.perf_counter() - start
         if index == 0:
             gold = [transforms.text(stage.target, e.program, e.utterance) for e in test]
@@ -279,14 +212,3 @@ def chain(stages: tuple[Stage, ...], stage_dirs: list[Path], transforms: Transfo
         except IRError as e:
             row.update(prediction="", correct=False, error=f"the predicted IR does not invert: {e}")
     return rows, stage1_correct, seconds
-
-
-def _predict(model, sources: list[str], batch_size: int) -> list[str]:
-    featurizer = model.featurizer
-    outputs = []
-    for start in range(0, len(sources), batch_size):
-        items = [{"input_ids": torch.tensor(featurizer.source_ids(s)), "labels": torch.tensor([featurizer.eos_id])}
-                 for s in sources[start:start + batch_size]]
-        batch = {k: v.to(model.device) for k, v in featurizer.collate(items).items()}
-        outputs += model.parse(batch)
-    return outputs

@@ -1,0 +1,139 @@
+"""Stages: the training runs that a multi-stage method chains, shared between the runs that need them.
+
+The IR pipelines (``zoo.ir.pipeline``) and GandR (``zoo.retrieval``) train several seq2seq models per run. Each is a
+*stage*: an ordinary ``zoo.train.train_and_test`` run on rewritten examples, in a directory named by the stage and a
+hash of everything that determines it (model, data, trainer, seed, and the method's own settings), so any run that
+needs the same stage with the same settings reuses it. A stage is finished when its ``runs.csv`` holds its row; an
+interrupted one resumes with ``ckpt_path=last`` like any run. The method's run then combines the stages' rows into
+its own results row (``combined_row``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from zoo.results import read_rows
+from zoo.types import Example
+
+log = logging.getLogger(__name__)
+
+Rewrite = Callable[[str, list[Example]], Sequence[Example]]  # (split name, its examples) -> what the stage uses
+
+
+def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict[str, Any] | None = None) -> Path:
+    """``root/<data>/seed<seed>/<name>-<hash>``, the hash over the model, data and trainer configs (not the run's
+    variant), the seed and the method's ``settings`` for this stage."""
+    hashed = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
+    hashed["model"].pop("variant", None)
+    hashed["seed"] = cfg.seed
+    if settings:
+        hashed["stage"] = settings
+    digest = hashlib.sha1(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return Path(root) / cfg.data.name / f"seed{cfg.seed}" / f"{name}-{digest}"
+
+
+def run_stage(cfg: DictConfig, name: str, stage_dir: Path, rewrite: Rewrite, formalism: str | None = None,
+              init_from: str | None = None, max_steps: int | None = None) -> dict[str, str]:
+    """Train and test the stage in ``stage_dir`` unless it finished there before; its results row.
+
+    ``formalism``: what its targets are scored in (None: the dataset's). ``init_from``: a checkpoint whose weights
+    and featurizer the stage starts from (GandR's second stage continues the first). ``max_steps``: its own budget
+    instead of ``trainer.max_steps``.
+    """
+    from zoo.train import RunConfigError, train_and_test
+
+    done = stage_dir / "runs.csv"
+    if cfg.overwrite and done.exists():
+        done.unlink()
+    if done.exists():
+        log.info("stage %s already trained in %s", name, stage_dir)
+    else:
+        if cfg.test_only:
+            raise RunConfigError(f"test_only=true: stage {name} has no finished run in {stage_dir}")
+        log.info("training stage %s in %s", name, stage_dir)
+        for cached in stage_dir.glob("cache-*.json"):  # outputs of the weights this training replaces
+            cached.unlink()
+        train_and_test(stage_config(cfg, name, stage_dir, max_steps), stage_dir, formalism=formalism,
+                       rewrite=rewrite, init_from=init_from)
+    return read_rows(done)[-1]
+
+
+def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | None = None) -> DictConfig:
+    stage_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    stage_cfg.model.variant = f"stage:{name}"
+    stage_cfg.subsample = ""  # the stage's row names the stage only
+    stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
+    if max_steps is not None:
+        stage_cfg.trainer.max_steps = max_steps
+    last = stage_dir / "checkpoints" / "last.ckpt"
+    stage_cfg.ckpt_path = "last" if cfg.ckpt_path == "last" and last.exists() else None
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(stage_cfg, stage_dir / "config.yaml")
+    return stage_cfg
+
+
+def stage_checkpoint(stage_dir: Path) -> Path:
+    """The stage's best checkpoint; its final weights when validation never ran."""
+    best = stage_dir / "checkpoints" / "best.ckpt"
+    return best if best.exists() else stage_dir / "checkpoints" / "last.ckpt"
+
+
+def load_stage_model(stage_dir: Path):
+    from zoo.parser import Parser
+
+    model = Parser.load(str(stage_checkpoint(stage_dir)))
+    return model.cuda() if torch.cuda.is_available() else model
+
+
+@torch.no_grad()
+def predict(model, sources: list[str], batch_size: int) -> list[str]:
+    """A seq2seq model's outputs for raw source strings."""
+    featurizer = model.featurizer
+    outputs = []
+    for start in range(0, len(sources), batch_size):
+        items = [{"input_ids": torch.tensor(featurizer.source_ids(s)), "labels": torch.tensor([featurizer.eos_id])}
+                 for s in sources[start:start + batch_size]]
+        batch = {k: v.to(model.device) for k, v in featurizer.collate(items).items()}
+        outputs += model.parse(batch)
+    return outputs
+
+
+def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_dirs: Sequence[Path], run_dir: Path,
+                 commit: str, n_train: int, n_test: int, test_seconds: float) -> dict[str, Any]:
+    """The results columns of a multi-stage run that come from its stages (the caller adds the test metrics)."""
+    from zoo.train import run_variant
+
+    steps = [max(int(r["global_steps"] or 0), 1) for r in stage_rows]
+    rates = [max(float(r["train_examples_per_s"]), 1e-9) for r in stage_rows]
+    return {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "model": cfg.model.name,
+        "variant": run_variant(cfg),
+        "backbone": stage_rows[0]["backbone"],
+        "data": cfg.data.name,
+        "seed": cfg.seed,
+        "best_val_metric": "val/exact_match (last stage)",
+        "best_val": stage_rows[-1]["best_val"],
+        "params": sum(int(r["params"]) for r in stage_rows),
+        "n_train": n_train,
+        "n_test": n_test,
+        "train_seconds": round(sum(float(r["train_seconds"]) for r in stage_rows), 1),  # also shared stages'
+        "epochs": "+".join(str(r["epochs"]) for r in stage_rows),
+        "global_steps": "+".join(str(r["global_steps"]) for r in stage_rows),
+        # the stages' batches have one size: the rate over all of them weighs each stage by its steps
+        "train_examples_per_s": round(sum(steps) / sum(s / r for s, r in zip(steps, rates)), 1),
+        "test_examples_per_s": round(n_test / max(test_seconds, 1e-9), 1),
+        "hardware": stage_rows[-1]["hardware"],
+        "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),
+        "resumed": any(str(r["resumed"]) == "True" for r in stage_rows),
+        "run_dir": str(run_dir),
+        "stage_dirs": " ".join(str(d) for d in stage_dirs),
+    }
