@@ -45,7 +45,7 @@ def test_unknown_pipeline_and_formalism_without_irs_fail_before_training(tmp_pat
 @needs_mirror
 def test_two_stage_pipeline_end_to_end_shares_stages(tmp_path):
     cfg = smoke(tmp_path, "data=scan_length", "ir=lir_ind+rir")
-    assert cfg.model.variant == "lir_ind+rir-train32-eval8"  # debug=smoke: 32 training examples, 8 to evaluate
+    assert cfg.model.variant == "lir_ind+rir" and cfg.subsample == "-train32-eval8"  # debug=smoke: 32 to train, 8 to evaluate
     row = run(cfg, tmp_path / "pipeline")
     assert row["variant"] == "lir_ind+rir-train32-eval8" and row["n_test"] == 8
     assert 0.0 <= row["test_exact_match"] <= 1.0 and 0.0 <= row["test_stage1_exact_match"] <= 1.0
@@ -70,8 +70,8 @@ def test_two_stage_pipeline_end_to_end_shares_stages(tmp_path):
 
 def test_a_final_ir_that_does_not_invert_is_wrong_with_its_reason(tmp_path, monkeypatch):
     transforms = Transforms("scan", {"rir"})
-    monkeypatch.setattr("zoo.ir.pipeline._predict", lambda model, sources, batch_size: ["( I_JUMP", "I_JUMP"])
-    monkeypatch.setattr("zoo.parser.Parser.load", staticmethod(lambda path: torch.nn.Identity()))
+    monkeypatch.setattr("zoo.ir.pipeline.predict", lambda model, sources, batch_size: ["( I_JUMP", "I_JUMP"])
+    monkeypatch.setattr("zoo.ir.pipeline.load_stage_model", lambda stage_dir: torch.nn.Identity())
     test = [Example("jump", "I_JUMP"), Example("jump", "I_JUMP")]
     rows, stage1_correct, _ = chain(PIPELINES["rir"], [tmp_path], transforms, test, batch_size=2)
     assert stage1_correct == 1
