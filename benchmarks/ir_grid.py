@@ -1,14 +1,19 @@
-"""The IR comparison grid (Herzig et al. 2021 Tables 1 and 4): none, rir, lir_d+rir and lir_ind+rir for each
-backbone and dataset, as parallel ``benchmarks/run.py`` processes (several fit one GPU at once).
+"""The comparison grids of multi-stage methods, as parallel ``benchmarks/run.py`` processes (several fit one GPU at
+once): IR pipelines (``--grid ir``, Herzig et al. 2021 Tables 1 and 4: none, rir, lir_d+rir and lir_ind+rir) or
+exemplar retrieval (``--grid gandr``, Zemlyanskiy et al. 2022 Table 1: none, input TF-IDF, GandR at each
+``--alphas``) for each backbone and dataset.
 
     python benchmarks/ir_grid.py --workers 12 --deadline-s 540 \\
         --data scan_length geo_sql_template cfq_mcd1:data.limit_train=20000 \\
         --models seq2seq bert2bert_minilm -- experiment=seq2seq_ir_gpu
+    python benchmarks/ir_grid.py --grid gandr --alphas 0 0.25 0.5 0.75 1 --data geo_sql_iid \\
+        atis_sql_iid:data.train_limit=1000 --models bert2bert_minilm -- experiment=gandr_cpu_short trainer=gpu
 
 Stages are shared through ``ir_stages_dir`` (zoo/ir/pipeline.py): ``none``, ``rir`` (which trains x -> z_r) and
 ``lir_d+rir`` (x -> z_lr, then x [SEP] z_lr -> z_r) run side by side, and ``lir_ind+rir`` starts once ``rir`` and
 ``lir_d+rir`` of its dataset and model succeeded: it finds both of its stages trained and only chains them over the
-test set. Jobs start in the order given (datasets outer, models inner). At the deadline, running jobs are stopped (they leave no results row and
+test set. GandR's first run trains stage 1 and the fold models, which ``retrieval=input`` also needs and the other
+alphas share: the other alphas start after it. Jobs start in the order given (datasets outer, models inner). At the deadline, running jobs are stopped (they leave no results row and
 resume with ``ckpt_path=last``) and the rest are skipped. Each job logs to ``logs/ir_grid/``; every finished
 pipeline appends its row to the results file as any run does.
 """
@@ -28,6 +33,18 @@ REPO = Path(__file__).resolve().parents[1]
 # being the longest
 ORDER = ("lir_d+rir", "rir", "none", "lir_ind+rir")
 NEEDS = {"lir_ind+rir": ("rir", "lir_d+rir")}
+FIRST_ALPHA = 0.5  # GandR's run that trains the stages the others share
+
+
+def method_jobs(grid: str, alphas: list[float]) -> list[tuple[str, list[str], list[str]]]:
+    """(name, overrides, names of the methods it waits for) of one dataset and model, in start order."""
+    if grid == "ir":
+        return [(ir, [f"ir={ir}"], list(NEEDS.get(ir, ()))) for ir in ORDER]
+    first = f"gandr-a{FIRST_ALPHA:g}"
+    jobs = [(first, ["retrieval=gandr", f"retrieval.alpha={FIRST_ALPHA}"], []),
+            ("none", ["retrieval=none"], []), ("input", ["retrieval=input"], [first])]
+    return jobs + [(f"gandr-a{a:g}", ["retrieval=gandr", f"retrieval.alpha={a}"], [first])
+                   for a in alphas if a != FIRST_ALPHA]
 
 
 @dataclass
@@ -37,18 +54,19 @@ class Job:
     needs: list[str]
 
 
-def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str]) -> list[Job]:
+def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str], grid: str = "ir",
+              alphas: list[float] = (FIRST_ALPHA,)) -> list[Job]:
     jobs = []
     for entry in data:
         name, *data_overrides = entry.split(":")
         for model in models:
-            def job_name(ir: str) -> str:
-                return f"{model}-{name}-{ir}-seed{seed}"
+            def job_name(method: str) -> str:
+                return f"{model}-{name}-{method}-seed{seed}"
 
-            for ir in ORDER:
+            for method, method_overrides, needs in method_jobs(grid, list(alphas)):
                 command = [sys.executable, str(REPO / "benchmarks" / "run.py"), *overrides, f"model={model}",
-                           f"data={name}", f"ir={ir}", f"seed={seed}", *data_overrides]
-                jobs.append(Job(job_name(ir), command, [job_name(need) for need in NEEDS.get(ir, ())]))
+                           f"data={name}", *method_overrides, f"seed={seed}", *data_overrides]
+                jobs.append(Job(job_name(method), command, [job_name(need) for need in needs]))
     return jobs
 
 
@@ -98,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", required=True,
                         help="datasets, each optionally with overrides: cfq_mcd1:data.limit_train=20000")
+    parser.add_argument("--grid", choices=("ir", "gandr"), default="ir")
+    parser.add_argument("--alphas", nargs="+", type=float, default=[FIRST_ALPHA], help="GandR's output weights")
     parser.add_argument("--models", nargs="+", default=["seq2seq", "bert2bert_minilm"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=4)
@@ -107,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log_dir = REPO / "logs" / "ir_grid"
     log_dir.mkdir(parents=True, exist_ok=True)
-    jobs = grid_jobs(args.data, args.models, args.seed, args.overrides)
+    jobs = grid_jobs(args.data, args.models, args.seed, args.overrides, args.grid, args.alphas)
     outcome = run_jobs(jobs, args.workers, time.time() + args.deadline_s, log_dir)
     print("\n".join(f"{outcome[job.name]:45s} {job.name}" for job in jobs))
     return 0 if all(result == "ok" for result in outcome.values()) else 1
