@@ -44,10 +44,13 @@ def recall_table(recall: pd.DataFrame) -> list[str]:
            "Share of validation examples with at least one of the top k exemplars sharing the gold program's "
            "template (values masked). Hybrid: GandR's relevance on stage 1's preliminary predictions.", "",
            "| data | k | alpha | seed | n | input | output (oracle) | hybrid |", "|---|---|---|---|---|---|---|---|"]
+    def cell(value, form="{:.1f}", scale=100):  # rows of python -m zoo.retrieval recall have no alpha, seed, hybrid
+        return "–" if pd.isna(value) else form.format(scale * value)
+
     for row in recall.sort_values(["data", "subsample", "alpha", "seed"]).itertuples():
         data = f"{row.data} ({row.subsample})" if isinstance(row.subsample, str) and row.subsample else row.data
-        out.append(f"| {data} | {row.k} | {row.alpha:g} | {row.seed} | {row.n} | {100 * row.recall_input:.1f} | "
-                   f"{100 * row.recall_output_oracle:.1f} | {100 * row.recall_hybrid:.1f} |")
+        out.append(f"| {data} | {row.k} | {cell(row.alpha, '{:g}', 1)} | {cell(row.seed, '{:.0f}', 1)} | {row.n} | "
+                   f"{cell(row.recall_input)} | {cell(row.recall_output_oracle)} | {cell(row.recall_hybrid)} |")
     return out + [""]
 
 

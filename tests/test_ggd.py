@@ -215,5 +215,5 @@ def test_smoke_run_on_cfq_mcd1(tmp_path):
     """``python benchmarks/run.py model=ggd data=cfq_mcd1 debug=smoke``, as the product card writes it."""
     cfg = compose_run("model=ggd", "data=cfq_mcd1", "debug=smoke", f"results_file={tmp_path / 'runs.csv'}")
     row = run(cfg, tmp_path / "run")
-    assert row["model"] == "ggd" and row["variant"] == "ggd" and 0.0 <= row["test_exact_match"] <= 1.0
+    assert row["model"] == "ggd" and row["variant"] == "ggd-train32-eval8" and 0.0 <= row["test_exact_match"] <= 1.0
     assert (tmp_path / "run" / "predictions.jsonl").read_text().count("\n") == row["n_test"]

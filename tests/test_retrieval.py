@@ -230,3 +230,14 @@ def test_two_stage_gandr_end_to_end_shares_stage_one(tmp_path):
     assert other["stage_dirs"].split()[3] != row["stage_dirs"].split()[3]
     assert [r["variant"] for r in read_rows(tmp_path / "results" / "runs.csv")] == [
         "gandr-k4-a0.5-train32-eval8", "input_tfidf-k4-train32-eval8", "gandr-k4-a1-train32-eval8"]
+
+
+@needs_mirror
+def test_recall_command_records_input_and_oracle_recall(tmp_path, capsys):
+    from zoo.retrieval import main
+
+    main(["recall", "--data", "geo_sql_iid:train_limit=100", "--k", "2", "--results", str(tmp_path / "runs.csv")])
+    row = read_rows(tmp_path / "template_recall.csv")[-1]
+    assert row["data"] == "geo_sql_iid" and row["subsample"] == "sample100" and row["k"] == "2"
+    assert 0 <= float(row["recall_input"]) <= float(row["recall_output_oracle"]) <= 1
+    assert not row.get("recall_hybrid") and "recall_input" in capsys.readouterr().out

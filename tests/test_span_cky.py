@@ -50,7 +50,7 @@ def test_smoke_run(tmp_path, data, encoder):
     cfg = compose_run("model=span_cky", f"model.params.encoder={encoder}", f"data={data}", "debug=smoke",
                       f"results_file={tmp_path / 'runs.csv'}")
     row = run(cfg, tmp_path / "run")
-    assert row["model"] == "span_cky" and row["variant"] == "spanbasedsp" and 0.0 <= row["test_exact_match"] <= 1.0
+    assert row["model"] == "span_cky" and row["variant"] == "spanbasedsp-train32-eval8" and 0.0 <= row["test_exact_match"] <= 1.0
     assert row["backbone"].startswith({"lstm": "bilstm", "minilm": "minilm"}[encoder])
     predictions = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == row["n_test"]

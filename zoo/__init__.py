@@ -6,7 +6,7 @@ import re
 from omegaconf import OmegaConf
 
 
-def _seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, alpha: float = 0.5) -> str:
+def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, alpha: float = 0.5) -> str:
     """configs/model/seq2seq.yaml: the run's variant is the IR pipeline's name (``rir``) or the retrieval method with
     its exemplar count and output weight (``input_tfidf-k4``, ``gandr-k4-a0.5``); with neither, ``baseline``."""
     if retrieval == "input":
@@ -16,7 +16,7 @@ def _seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, a
     return "baseline" if ir in (None, "none") else ir
 
 
-def _subsample(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
+def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
                limit_eval: int | None = None) -> str:
     """configs/run.yaml: what follows the model's variant when a run uses part of the data: ``-sample1000`` (a seeded
     random 1,000 training examples; ``-sample1000s3`` with another seed), ``-train20000`` (the first 20,000),
@@ -35,5 +35,5 @@ def split_variant(variant: str) -> tuple[str, str]:
     return (variant, "") if match is None else (variant[:match.start()], match.group()[1:])
 
 
-OmegaConf.register_new_resolver("seq2seq_variant", _seq2seq_variant, replace=True)
-OmegaConf.register_new_resolver("subsample", _subsample, replace=True)
+OmegaConf.register_new_resolver("seq2seq_variant", seq2seq_variant, replace=True)
+OmegaConf.register_new_resolver("subsample", subsample_suffix, replace=True)

@@ -49,7 +49,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from zoo.formalisms import Formalism, FormalismError, get_formalism
 from zoo.results import append_row, write_jsonl
-from zoo.stages import combined_row, load_stage_model, predict, run_stage, stage_checkpoint, stage_directory
+from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
+                        stage_directory)
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,6 @@ def check_settings(settings: DictConfig, train: list[Example], formalism: Formal
 
 def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """``retrieval=input``: stage 1; ``retrieval=gandr``: stage 1, the fold models, stage 2. Records one row."""
-    from datamodules import ParsingDataModule
     from zoo.registry import get_dataset
     from zoo.train import RunConfigError, _git_commit, record
 
@@ -240,9 +240,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     commit = _git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
-    datamodule.prepare_data()
-    datamodule.setup()
+    datamodule = prepared_data(cfg)
     train, val, test = datamodule.train, datamodule.val, datamodule.test
     settings = cfg.retrieval
     check_settings(settings, train, formalism, cfg.data.name)
@@ -266,7 +264,11 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             stage_dirs.append(fold_dir)
             fold_dirs.append((fold_dir, part, rewrite))
         preliminary, seconds = preliminary_predictions(stage1_dir, first, fold_dirs, train, val, test, batch_size)
-        details["template_recall"] = record_template_recall(cfg, train, val, preliminary["val"], formalism)
+        details["template_recall"] = {
+            "data": cfg.data.name, "subsample": (cfg.get("subsample") or "").lstrip("-"), "split": "val",
+            "n": len(val), "k": k, "alpha": settings.alpha, "seed": cfg.seed,
+            **template_recalls(train, val, formalism, k, preliminary["val"], settings.alpha)}
+        record_template_recall(cfg.results_file, details["template_recall"])
         hybrid = Exemplars(train, formalism, k, p, cfg.seed, settings.alpha, preliminary)
         stage2_dir = stage_directory(cfg, root, "gandr", {"k": k, "p": p, "alpha": settings.alpha, "folds": folds,
                                                           "continue_steps": settings.continue_steps})
@@ -329,24 +331,64 @@ def preliminary_predictions(stage1_dir: Path, first: Exemplars, fold_dirs: list[
     return result, test_seconds
 
 
-def record_template_recall(cfg: DictConfig, train: list[Example], val: list[Example], preliminary: list[str],
-                           formalism: Formalism) -> dict[str, Any]:
-    """Template recall@k on the validation split (§4.3, Table 4) of input, output (oracle) and hybrid retrieval,
-    appended to ``results/template_recall.csv`` (one row per dataset, subsample, k, alpha and seed)."""
+def template_recalls(train: list[Example], queries: list[Example], formalism: Formalism, k: int,
+                     preliminary: list[str] | None = None, alpha: float = 0.5) -> dict[str, float]:
+    """Template recall@k (§4.3, Table 4) of input, output (oracle: the gold program as the prediction) and, given
+    the queries' ``preliminary`` predictions, hybrid retrieval from ``train``."""
+    retriever = Retriever(train, formalism)
+    utterances = [e.utterance for e in queries]
+    rankings = {"input": retriever.ranked(utterances, depth=k),
+                "output_oracle": retriever.ranked(utterances, [e.program for e in queries], 1.0, depth=k)}
+    if preliminary is not None:
+        rankings["hybrid"] = retriever.ranked(utterances, preliminary, alpha, depth=k)
+    return {f"recall_{name}": round(template_recall(r, queries, train, formalism, k), 4)
+            for name, r in rankings.items()}
+
+
+def record_template_recall(results_file: str | None, row: dict[str, Any]) -> None:
+    """Append a row of template recalls to ``template_recall.csv`` beside the results file (none for debug=smoke),
+    replacing the earlier row of the same dataset, subsample, k, alpha and seed."""
     from zoo.train import REPO_ROOT
 
-    k, alpha = cfg.retrieval.k, cfg.retrieval.alpha
-    retriever = Retriever(train, formalism)
-    utterances = [e.utterance for e in val]
-    rankings = {"input": retriever.ranked(utterances, depth=k),
-                "output_oracle": retriever.ranked(utterances, [e.program for e in val], 1.0, depth=k),
-                "hybrid": retriever.ranked(utterances, preliminary, alpha, depth=k)}
-    row = {"data": cfg.data.name, "subsample": (cfg.get("subsample") or "").lstrip("-"), "split": "val",
-           "n": len(val), "k": k, "alpha": alpha, "seed": cfg.seed,
-           **{f"recall_{name}": round(template_recall(r, val, train, formalism, k), 4)
-              for name, r in rankings.items()}}
-    results = Path(cfg.results_file).parent if cfg.results_file else None
-    if results is not None:  # debug=smoke writes no results
-        path = results if results.is_absolute() else REPO_ROOT / results
-        append_row(path / "template_recall.csv", row, replacing=("data", "subsample", "k", "alpha", "seed"))
-    return row
+    if results_file:
+        results = Path(results_file).parent
+        path = (results if results.is_absolute() else REPO_ROOT / results) / "template_recall.csv"
+        append_row(path, row, replacing=("data", "subsample", "k", "alpha", "seed"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m zoo.retrieval recall``: template recall@k of input and oracle-output retrieval, no training."""
+    import argparse
+
+    from datamodules import ParsingDataModule
+    from zoo import subsample_suffix
+    from zoo.registry import get_dataset
+    from zoo.train import REPO_ROOT
+
+    parser = argparse.ArgumentParser(prog="python -m zoo.retrieval", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    recall = commands.add_parser("recall", help="template recall@k on each dataset's validation split")
+    recall.add_argument("--data", nargs="+", required=True,
+                        help="registry names, each optionally with data options: atis_sql_iid:train_limit=1000")
+    recall.add_argument("--k", type=int, default=4)
+    recall.add_argument("--results", default=str(REPO_ROOT / "results" / "runs.csv"),
+                        help="template_recall.csv is written beside this file; '' writes nothing")
+    args = parser.parse_args(argv)
+    for entry in args.data:
+        name, *options = entry.split(":")
+        data_options = {key: int(value) for key, value in (option.split("=", 1) for option in options)}
+        datamodule = ParsingDataModule(name, **data_options)
+        datamodule.setup()
+        row = {"data": name, "subsample": subsample_suffix(data_options.get("train_limit"),
+                                                     data_options.get("train_limit_seed", 0),
+                                                     data_options.get("limit_train"),
+                                                     data_options.get("limit_eval")).lstrip("-"),
+               "split": "val", "n": len(datamodule.val), "k": args.k, "alpha": "", "seed": "",
+               **template_recalls(datamodule.train, datamodule.val, get_formalism(get_dataset(name).formalism),
+                                  args.k)}
+        record_template_recall(args.results, row)
+        print(", ".join(f"{key} {value}" for key, value in row.items()))
+
+
+if __name__ == "__main__":
+    main()

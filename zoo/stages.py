@@ -27,6 +27,16 @@ log = logging.getLogger(__name__)
 Rewrite = Callable[[str, list[Example]], Sequence[Example]]  # (split name, its examples) -> what the stage uses
 
 
+def prepared_data(cfg: DictConfig):
+    """The run's ``ParsingDataModule``, read and split: the examples a multi-stage run rewrites or retrieves from."""
+    from datamodules import ParsingDataModule
+
+    datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
+    datamodule.prepare_data()
+    datamodule.setup()
+    return datamodule
+
+
 def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict[str, Any] | None = None) -> Path:
     """``root/<data>/seed<seed>/<name>-<hash>``, the hash over the model, data and trainer configs (not the run's
     variant), the seed and the method's ``settings`` for this stage."""

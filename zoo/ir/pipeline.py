@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from zoo.formalisms import get_formalism
 from zoo.ir import IRError, UnsupportedIRError, get_ir
 from zoo.metrics import ExampleScore, Scorer
 from zoo.registry import get_dataset
 from zoo.results import write_jsonl
-from zoo.stages import combined_row, load_stage_model, predict, run_stage, stage_directory
+from zoo.stages import combined_row, load_stage_model, predict, prepared_data, run_stage, stage_directory
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -127,12 +127,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     commit = _git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-
-    from datamodules import ParsingDataModule
-
-    datamodule = ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))
-    datamodule.prepare_data()
-    datamodule.setup()
+    datamodule = prepared_data(cfg)
     transforms.fit(datamodule.train)
     (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
 
