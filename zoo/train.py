@@ -127,7 +127,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     model = model_cls.build(datamodule.train, formalism, featurizer=featurizer,
                             featurizer_state=checkpoint["featurizer"] if checkpoint else None,
                             world=datamodule.world, **params)
-    if restored == init_from and init_from:  # a resumed or tested run loads its own weights below
+    if init_from and restored == init_from:  # (a resumed or tested run gets its own weights from Lightning)
         model.load_state_dict(checkpoint["state_dict"])
     datamodule.attach(model.featurizer)
 
