@@ -6,12 +6,16 @@
   one table per backbone and protocol (as ``ir_table.py``), with every other alpha as a column of its own.
 - Template recall@k on the validation split (results/template_recall.csv, written by each GandR run) of input,
   output (oracle: the gold program) and hybrid retrieval.
+- Copying: per run, how many test examples have their gold program among the exemplars' programs, and how many
+  of those, and of the others, the model gets right (from each run's predictions.jsonl, into
+  results/gandr_exemplars.csv).
 - The alpha sweep: test exact match against the weight of output similarity, one line per dataset and backbone
   with at least two alphas (alpha = 0 is input similarity with GandR's two stages, the equal-compute control).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -27,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ir_table import CELL, method_tables  # noqa: E402
 from zoo import split_variant  # noqa: E402
-from zoo.results import atomic_path  # noqa: E402
+from zoo.results import atomic_path, write_rows  # noqa: E402
 
 ALPHA = "gandr-k4-a"
 
@@ -51,6 +55,42 @@ def recall_table(recall: pd.DataFrame) -> list[str]:
         data = f"{row.data} ({row.subsample})" if isinstance(row.subsample, str) and row.subsample else row.data
         out.append(f"| {data} | {row.k} | {cell(row.alpha, '{:g}', 1)} | {cell(row.seed, '{:.0f}', 1)} | {row.n} | "
                    f"{cell(row.recall_input)} | {cell(row.recall_output_oracle)} | {cell(row.recall_hybrid)} |")
+    return out + [""]
+
+
+def exemplar_programs(augmented: str) -> list[str]:
+    """The programs of the exemplars in ``x || x'_1 & y'_1 || ...`` (an utterance holding " & " would confuse it)."""
+    return [segment.split(" & ", 1)[1] for segment in augmented.split(" || ")[1:] if " & " in segment]
+
+
+def copying(runs: pd.DataFrame) -> list[dict]:
+    """Per retrieval run whose predictions are on disk: gold programs among the exemplars, and exact matches."""
+    rows = []
+    for run in runs[runs["variant"].astype(str).str.match(r"input_tfidf|gandr")].itertuples():
+        path = Path(str(run.run_dir)) / "predictions.jsonl"
+        if not path.is_file():
+            continue
+        predictions = [json.loads(line) for line in path.read_text().splitlines()]
+        hit = [p["gold"] in exemplar_programs(p["utterance"]) for p in predictions]
+        rows.append({"variant": run.variant, "backbone": run.backbone, "data": run.data, "seed": run.seed,
+                     "protocol": run.protocol, "n_test": len(predictions), "gold_in_exemplars": sum(hit),
+                     "correct": sum(p["correct"] for p in predictions),
+                     "correct_with_gold_in_exemplars": sum(p["correct"] and h for p, h in zip(predictions, hit)),
+                     "correct_without": sum(p["correct"] and not h for p, h in zip(predictions, hit))})
+    return rows
+
+
+def copying_table(rows: list[dict]) -> list[str]:
+    out = ["## Copying: is the gold program among the exemplars?", "",
+           "Test examples whose gold program is one of their exemplars' programs, and the exact matches among those "
+           "and among the others (results/gandr_exemplars.csv).", "",
+           "| data | variant | backbone | seed | gold among exemplars | right, gold among them | right, gold not among them |",
+           "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["data"], r["variant"], r["backbone"], r["seed"])):
+        rest = r["n_test"] - r["gold_in_exemplars"]
+        out.append(f"| {r['data']} | {r['variant']} | {r['backbone']} | {r['seed']} | {r['gold_in_exemplars']} / "
+                   f"{r['n_test']} | {r['correct_with_gold_in_exemplars']} / {r['gold_in_exemplars']} | "
+                   f"{r['correct_without']} / {rest} |")
     return out + [""]
 
 
@@ -88,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recall", type=Path, default=ROOT / "results" / "template_recall.csv")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gandr_table.md")
     parser.add_argument("--plot", type=Path, default=ROOT / "results" / "gandr_alpha.png")
+    parser.add_argument("--copying", type=Path, default=ROOT / "results" / "gandr_exemplars.csv")
     args = parser.parse_args(argv)
     runs = pd.read_csv(args.runs, dtype={"variant": str})
     runs["protocol"] = runs["protocol"].fillna("") if "protocol" in runs else ""
@@ -100,6 +141,10 @@ def main(argv: list[str] | None = None) -> None:
         f"Columns: no retrieval, input TF-IDF, GandR (k exemplars, alpha = weight of output similarity). {CELL}"])
     if args.recall.is_file():
         text += "\n" + "\n".join(recall_table(pd.read_csv(args.recall, dtype={"subsample": str})))
+    copied = copying(runs)
+    if copied:
+        write_rows(args.copying, copied)
+        text += "\n" + "\n".join(copying_table(copied))
     if alpha_sweep(runs, args.plot):
         text += f"\nThe alpha sweep: `{args.plot.name}`.\n"
     with atomic_path(args.out) as tmp:

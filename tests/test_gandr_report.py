@@ -1,5 +1,6 @@
 """benchmarks/gandr_report.py on a hand-made results file: columns, means over seeds, recall table, alpha plot."""
 import csv
+import json
 import importlib.util
 import sys
 
@@ -21,7 +22,14 @@ def test_report_tables_and_alpha_plot(tmp_path):
     def run(variant, em, seed=1, data="geo_sql_iid"):
         return {"model": "seq2seq", "variant": variant, "backbone": "t5-mini-scratch", "data": data, "seed": seed,
                 "protocol": "gandr_cpu_short", "test_exact_match": em, "train_seconds": 60,
-                "train_examples_per_s": 10}
+                "train_examples_per_s": 10, "run_dir": str(tmp_path / variant / data / str(seed))}
+
+    predictions = [{"utterance": "q || a & SELECT 1 ; || b & SELECT 2 ;", "gold": "SELECT 2 ;", "correct": True},
+                   {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 3 ;", "correct": True},
+                   {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 4 ;", "correct": False}]
+    (tmp_path / "input_tfidf-k4" / "geo_sql_iid" / "1").mkdir(parents=True)
+    (tmp_path / "input_tfidf-k4" / "geo_sql_iid" / "1" / "predictions.jsonl").write_text(
+        "\n".join(json.dumps(p) for p in predictions) + "\n")
 
     write_csv(tmp_path / "runs.csv", [
         run("baseline", 0.5), run("input_tfidf-k4", 0.6), run("gandr-k4-a0.5", 0.7), run("gandr-k4-a0.5", 0.8, 2),
@@ -35,7 +43,7 @@ def test_report_tables_and_alpha_plot(tmp_path):
     write_csv(tmp_path / "recall.csv", [recall, cli])
     out, plot = tmp_path / "gandr.md", tmp_path / "alpha.png"
     gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
-                       "--out", str(out), "--plot", str(plot)])
+                       "--out", str(out), "--plot", str(plot), "--copying", str(tmp_path / "copying.csv")])
     text = out.read_text()
     assert "| data | baseline | input_tfidf-k4 | gandr-k4-a0.5 | gandr-k4-a0 | gandr-k4-a1 |" in text
     assert "| geo_sql_iid | **50.0** (n=1)" in text and "**75.0** (n=2)" in text and "rir" not in text
@@ -43,4 +51,6 @@ def test_report_tables_and_alpha_plot(tmp_path):
     assert "scan_simple" not in text and "protocol other" not in text
     assert "| geo_sql_iid | 4 | 0.5 | 1 | 49 | 60.0 | 80.0 | 70.0 |" in text
     assert "| cfq_mcd1 (sample1000) | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
+    assert "| geo_sql_iid | input_tfidf-k4 | t5-mini-scratch | 1 | 1 / 3 | 1 / 1 | 1 / 2 |" in text
+    assert gandr_report.exemplar_programs("x || a & b c || d & e") == ["b c", "e"]
     assert plot.read_bytes()[:4] == b"\x89PNG" and "alpha.png" in text
