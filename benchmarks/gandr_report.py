@@ -10,7 +10,8 @@
   of those, and of the others, the model gets right (from each run's predictions.jsonl, into
   results/gandr_exemplars.csv).
 - The alpha sweep: test exact match against the weight of output similarity, one line per dataset and backbone
-  with at least two alphas (alpha = 0 is input similarity with GandR's two stages, the equal-compute control).
+  with at least two alphas (alpha = 0 is input similarity with GandR's two stages, the equal-compute control),
+  beside the same dataset's no-retrieval (dashed) and input-retrieval (dotted) runs.
 """
 from __future__ import annotations
 
@@ -98,19 +99,25 @@ def alpha_sweep(runs: pd.DataFrame, out: Path) -> bool:
     """Plot exact match against alpha where a dataset has two alphas or more; False when none has."""
     runs = runs[runs["model"] == "seq2seq"].copy()
     runs["method"], runs["subsample"] = zip(*runs["variant"].astype(str).map(split_variant))
-    runs = runs[runs["method"].str.startswith(ALPHA)]
-    runs["alpha"] = runs["method"].str[len(ALPHA):].astype(float)
     runs["label"] = [f"{d}{' (' + s + ')' if s else ''}, {b}" for d, s, b in
                      zip(runs["data"], runs["subsample"], runs["backbone"])]
+    sweeps = runs[runs["method"].str.startswith(ALPHA)].copy()
+    sweeps["alpha"] = sweeps["method"].str[len(ALPHA):].astype(float)
     lines = [(label, part.groupby("alpha")["test_exact_match"].agg(["mean", "std", "count"]))
-             for label, part in runs.groupby("label")]
+             for label, part in sweeps.groupby("label")]
     lines = [(label, points) for label, points in lines if len(points) >= 2]
     if not lines:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, points in lines:
-        ax.errorbar(points.index, 100 * points["mean"], yerr=100 * points["std"].fillna(0), marker="o", capsize=3,
-                    label=label)
+        bars = ax.errorbar(points.index, 100 * points["mean"], yerr=100 * points["std"].fillna(0), marker="o",
+                           capsize=3, label=label)
+        # the same dataset without retrieval (dashed) and with input retrieval, stage 1 alone (dotted)
+        for method, style in (("baseline", "--"), ("input_tfidf-k4", ":")):
+            same = runs[(runs["label"] == label) & (runs["method"] == method)]
+            if not same.empty:
+                ax.axhline(100 * same["test_exact_match"].mean(), color=bars[0].get_color(), linestyle=style,
+                           linewidth=1, label=f"{label}: {method}")
     ax.set_xlabel("alpha (weight of output similarity)")
     ax.set_ylabel("test exact match (%)")
     ax.set_title("GandR: exact match against alpha")
