@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from datamodules import DataFormatError, MissingDataError  # noqa: E402
+from datamodules import DataConfigError, DataFormatError, MissingDataError  # noqa: E402
 from zoo.ir import UnsupportedIRError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
@@ -29,7 +29,7 @@ from zoo.train import RunConfigError, run  # noqa: E402
 
 # Mistakes in the command or the data: reported in one message, without a traceback.
 USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, RetrievalError,
-               MissingDataError, DataFormatError)
+               MissingDataError, DataFormatError, DataConfigError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

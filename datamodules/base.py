@@ -72,6 +72,10 @@ class MissingDataError(FileNotFoundError):
         return str(self.args[0])
 
 
+class DataConfigError(ValueError):
+    """Data options that cannot apply to this dataset (a subsample larger than its training set...)."""
+
+
 class DataFormatError(ValueError):
     """A line (or JSON entry) of a data file that does not have the documented format."""
 

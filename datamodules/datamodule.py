@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import lightning.pytorch as L
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.base import MissingDataError, check_files, resolve_root
+from datamodules.base import DataConfigError, MissingDataError, check_files, resolve_root
 from zoo.formalisms import Formalism, get_formalism
 from zoo.registry import DatasetSpec, get_dataset
 from zoo.types import Example
@@ -138,10 +138,10 @@ class ParsingDataModule(L.LightningDataModule):
         self.limit_train, self.limit_eval = limit_train, limit_eval
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
-            raise ValueError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
+            raise DataConfigError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
                              "do not combine: set one of them")
         if train_limit is not None and train_limit < 1:
-            raise ValueError(f"data.train_limit={train_limit}: expected a positive number of training examples")
+            raise DataConfigError(f"data.train_limit={train_limit}: expected a positive number of training examples")
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers
         self.download = download
@@ -192,7 +192,7 @@ class ParsingDataModule(L.LightningDataModule):
         test = list(splits["test"])
         if self.train_limit is not None:
             if self.train_limit > len(train):
-                raise ValueError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
+                raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
                                  "training examples: drop train_limit to use them all")
             chosen = set(random.Random(self.train_limit_seed).sample(range(len(train)), self.train_limit))
             train = [e for i, e in enumerate(train) if i in chosen]
