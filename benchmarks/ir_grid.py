@@ -13,8 +13,9 @@ Stages are shared through ``ir_stages_dir`` (zoo/ir/pipeline.py): ``none``, ``ri
 ``lir_d+rir`` (x -> z_lr, then x [SEP] z_lr -> z_r) run side by side, and ``lir_ind+rir`` starts once ``rir`` and
 ``lir_d+rir`` of its dataset and model succeeded: it finds both of its stages trained and only chains them over the
 test set. GandR's first run trains stage 1 and the fold models, which ``retrieval=input`` also needs and the other
-alphas share: the other alphas start after it. Jobs start in the order given (datasets outer, models inner). At the deadline, running jobs are stopped (they leave no results row and
-resume with ``ckpt_path=last``) and the rest are skipped. Each job logs to ``logs/ir_grid/``; every finished
+alphas share: the other alphas start after it. Jobs start in the order given (datasets outer, models inner). At the
+deadline, running jobs are stopped (they leave no results row and resume with ``ckpt_path=last``) and the rest are
+skipped. Each job logs to ``logs/ir_grid/``; every finished
 pipeline appends its row to the results file as any run does.
 """
 from __future__ import annotations

@@ -7,4 +7,5 @@ from datamodules import cfq, cogs, geoquery, scan, scan_sp, text2sql  # noqa: F4
 from datamodules.base import DataConfigError, DataFormatError, MissingDataError, resolve_root
 from datamodules.datamodule import ParsingDataModule, load_world, read_splits
 
-__all__ = ["DataConfigError", "DataFormatError", "MissingDataError", "ParsingDataModule", "load_world", "read_splits", "resolve_root"]
+__all__ = ["DataConfigError", "DataFormatError", "MissingDataError", "ParsingDataModule", "load_world", "read_splits",
+           "resolve_root"]

@@ -139,7 +139,7 @@ class ParsingDataModule(L.LightningDataModule):
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
             raise DataConfigError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
-                             "do not combine: set one of them")
+                                  "do not combine: set one of them")
         if train_limit is not None and train_limit < 1:
             raise DataConfigError(f"data.train_limit={train_limit}: expected a positive number of training examples")
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
@@ -193,7 +193,7 @@ class ParsingDataModule(L.LightningDataModule):
         if self.train_limit is not None:
             if self.train_limit > len(train):
                 raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
-                                 "training examples: drop train_limit to use them all")
+                                      "training examples: drop train_limit to use them all")
             chosen = set(random.Random(self.train_limit_seed).sample(range(len(train)), self.train_limit))
             train = [e for i, e in enumerate(train) if i in chosen]
         if self.limit_train is not None:

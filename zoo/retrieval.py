@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from zoo.formalisms import Formalism, FormalismError, get_formalism
-from zoo.results import append_row, write_jsonl
+from zoo.results import append_row, atomic_path, write_jsonl
 from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
                         stage_directory)
 from zoo.types import Example
@@ -220,7 +221,7 @@ def check_settings(settings: DictConfig, train: list[Example], formalism: Formal
     if folds is not None:
         if not isinstance(folds, int) or folds < 2:
             raise RetrievalError(f"retrieval.folds={folds!r}: expected at least 2 (or null: no held-out models)")
-        smallest_pool = len(train) - max(len(part) for part in fold_parts(len(train), folds, 0))
+        smallest_pool = len(train) - math.ceil(len(train) / folds)  # the training set less its largest part
         if smallest_pool < k + 1:
             raise RetrievalError(f"retrieval.folds={folds}: a fold model of {data} would train on {smallest_pool} "
                                  f"examples, too few to retrieve k={k} exemplars")
@@ -310,11 +311,16 @@ def preliminary_predictions(stage1_dir: Path, first: Exemplars, fold_dirs: list[
         start = time.perf_counter()
         outputs = make()
         seconds = time.perf_counter() - start
-        path.write_text(json.dumps({"outputs": outputs, "seconds": seconds}))
+        with atomic_path(path) as tmp:  # a run killed here leaves no half-written cache
+            tmp.write_text(json.dumps({"outputs": outputs, "seconds": seconds}))
         return outputs, seconds
 
+    models = {}  # each stage's model, loaded once for all the splits it predicts
+
     def outputs(directory: Path, examples: list[Example]) -> list[str]:
-        return predict(load_stage_model(directory), [e.utterance for e in examples], batch_size)
+        if directory not in models:
+            models[directory] = load_stage_model(directory)
+        return predict(models[directory], [e.utterance for e in examples], batch_size)
 
     result = {"val": cached(stage1_dir, "val", lambda: outputs(stage1_dir, first.top("val", val)))[0]}
     result["test"], test_seconds = cached(stage1_dir, "test", lambda: outputs(stage1_dir, first.top("test", test)))

@@ -24,7 +24,6 @@ _TOKEN_OR_STRAY = re.compile(_TOKEN.pattern + r"|(?P<stray>\S)")
 _NAME = re.compile(r"[A-Z][a-z]+")  # a proper name (also rules out the keywords AND and LAMBDA)
 _WORD = re.compile(r"[a-z]+")
 _PREDICATE = re.compile(r"([a-z]+(?:\s*\.\s*[a-z]+)*)\s*\(")  # a predicate and its roles before their '('
-
 _INDEX = re.compile(r"\d+")
 
 

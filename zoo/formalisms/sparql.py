@@ -269,7 +269,8 @@ class CfqSparql(Formalism):
     def structure(self, program: str) -> list[str]:
         """Relations and types (and the query form, ``DISTINCT`` or ``count``, and ``FILTER``): the tokens that
         are neither variables, entities nor punctuation."""
-        return [t for t in program.split() if t not in _NOT_STRUCTURE and term_kind(t) not in (NODE_VARIABLE, NODE_ENTITY)]
+        return [t for t in program.split()
+                if t not in _NOT_STRUCTURE and term_kind(t) not in (NODE_VARIABLE, NODE_ENTITY)]
 
     def template(self, program: str) -> str:
         """The canonical query with its entities masked (variables kept: they give the query's shape)."""
