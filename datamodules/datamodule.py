@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import lightning.pytorch as L
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules.base import DataConfigError, MissingDataError, check_files, resolve_root
 from zoo.formalisms import Formalism, get_formalism
@@ -81,6 +81,49 @@ class Featurizer(Protocol):
     def collate(self, items: list[Any]) -> dict[str, Any]: ...
 
 
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """Training batches of examples of similar length, so padding stays a small share of every batch.
+
+    Each epoch, the indices are shuffled (by ``seed`` and the epoch), cut into pools of ``pool_batches`` batches,
+    each pool sorted by length and cut into batches, and the batches shuffled; so every example is in exactly one
+    batch per epoch, batch composition still varies from epoch to epoch, and lengths do not come in order. Lightning
+    calls ``set_epoch`` before each epoch.
+    """
+
+    def __init__(self, lengths: list, batch_size: int, seed: int = 0, pool_batches: int = 50):
+        self.lengths, self.batch_size, self.seed, self.pool_batches = lengths, batch_size, seed, pool_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        rng = random.Random(f"{self.seed}-{self.epoch}")
+        order = list(range(len(self.lengths)))
+        rng.shuffle(order)
+        pool_size = self.batch_size * self.pool_batches
+        batches = []
+        for start in range(0, len(order), pool_size):
+            pool = sorted(order[start:start + pool_size], key=self.lengths.__getitem__)
+            batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+        rng.shuffle(batches)
+        return batches
+
+    def __iter__(self):
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+
+def fixed_subset(examples: list[Example], size: int | None, seed: int) -> list[Example]:
+    """``size`` examples drawn by ``seed`` alone, in their source order: the same subset for every run and model."""
+    if size is None or size >= len(examples):
+        return examples
+    chosen = set(random.Random(seed).sample(range(len(examples)), size))
+    return [e for i, e in enumerate(examples) if i in chosen]
+
+
 class EncodedDataset(Dataset):
     """Examples encoded on access: ``(example, featurizer.encode(example))``."""
 
@@ -121,6 +164,10 @@ class ParsingDataModule(L.LightningDataModule):
             chosen by the seed, in their source order; ``None`` keeps all.
         limit_train: keep only the first N training examples (after the hold-out): quick runs on large data.
         limit_eval: keep only the first N validation and N test examples.
+        val_subset: validate on a fixed random N of the validation examples (chosen by ``val_seed``, the same for
+            every run), so frequent validation of a slow decoder stays cheap; ``None`` validates on all.
+        bucket_by_length: batch training examples of similar length together (``LengthBucketBatchSampler``) when
+            the model's featurizer measures lengths (``Featurizer.length``); the order is seeded by ``seed``.
         batch_size, eval_batch_size: training batch size; evaluation batch size (``None``: same as training).
         num_workers: DataLoader worker processes.
         download: fetch missing files with ``zoo.download`` (verified by SHA-256) instead of failing.
@@ -128,14 +175,19 @@ class ParsingDataModule(L.LightningDataModule):
 
     def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
                  train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
-                 limit_eval: int | None = None, batch_size: int = 64,
-                 eval_batch_size: int | None = None, num_workers: int = 0, download: bool = False):
+                 limit_eval: int | None = None, val_subset: int | None = None, bucket_by_length: bool = True,
+                 batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0,
+                 download: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.name = name
         self.root = resolve_root(root)
         self.val_fraction, self.val_seed = val_fraction, val_seed
         self.limit_train, self.limit_eval = limit_train, limit_eval
+        if val_subset is not None and val_subset < 1:
+            raise DataConfigError(f"data.val_subset={val_subset}: expected a positive number of validation examples "
+                                  "or null for all of them")
+        self.val_subset, self.bucket_by_length, self.seed = val_subset, bucket_by_length, seed
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
             raise DataConfigError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
@@ -200,6 +252,7 @@ class ParsingDataModule(L.LightningDataModule):
             train = train[: self.limit_train]
         if self.limit_eval is not None:
             val, test = val[: self.limit_eval], test[: self.limit_eval]
+        val = fixed_subset(val, self.val_subset, self.val_seed)
         self.train, self.val, self.test = train, val, test
 
     def attach(self, featurizer: Featurizer) -> None:
@@ -215,10 +268,22 @@ class ParsingDataModule(L.LightningDataModule):
             raise RuntimeError(f"ParsingDataModule({self.name!r}): call attach(featurizer) with the model's featurizer "
                                "before asking for a dataloader (the datamodule does not know how to encode examples)")
         self.setup()
-        return DataLoader(EncodedDataset(getattr(self, examples_attr), self.featurizer),
-                          batch_size=self.batch_size if shuffle else self.eval_batch_size, shuffle=shuffle,
+        examples = getattr(self, examples_attr)
+        batching: dict[str, Any] = {"batch_size": self.batch_size if shuffle else self.eval_batch_size,
+                                    "shuffle": shuffle}
+        length = getattr(self.featurizer, "length", None)  # None, or returning None: the model does not bucket
+        if shuffle and self.bucket_by_length and length is not None and not self._distributed():
+            lengths = [length(example) for example in examples]
+            if lengths and None not in lengths:
+                batching = {"batch_sampler": LengthBucketBatchSampler(lengths, self.batch_size, self.seed)}
+        return DataLoader(EncodedDataset(examples, self.featurizer), **batching,
                           collate_fn=Collate(self.featurizer), num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
+
+    def _distributed(self) -> bool:
+        # Under DDP Lightning shards the data with its own sampler, which a custom batch sampler would bypass.
+        trainer = getattr(self, "trainer", None)
+        return trainer is not None and trainer.world_size > 1
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -12,14 +12,18 @@ representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2se
   survive the round trip). Each program token's embedding starts as the mean of MiniLM's embeddings of its
   word pieces, so ``directed_by`` begins near "directed by".
 
-Decoding is greedy (``num_beams=1``) or beam search.
+Decoding is greedy with the decoder's key/value cache (``num_beams=1``, ``Seq2Seq.greedy``) or beam search
+(``generate``).
 """
 from __future__ import annotations
 
+import math
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
 from transformers import (AutoTokenizer, BertLMHeadModel, BertModel, EncoderDecoderModel, T5Config,
@@ -120,6 +124,10 @@ class Seq2SeqFeaturizer(Featurizer):
         return {"input_ids": torch.tensor(self.source_ids(example.utterance)),
                 "labels": torch.tensor(self.ids(example.program, self.max_target_length))}
 
+    def length(self, example: Example) -> tuple[int, int]:
+        # Target first: the decoder's steps dominate the cost, and target padding is what bucketing removes.
+        return len(self.ids(example.program, self.max_target_length)), len(self.source_ids(example.utterance))
+
     def collate(self, items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         pad = self.source_pad_id
         input_ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad)
@@ -148,6 +156,20 @@ class Seq2SeqFeaturizer(Featurizer):
 
 
 BACKBONES = ("t5", "bert2bert_minilm")
+SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
+
+
+def lr_factor(schedule: str, warmup: int, total: float, step: int) -> float:
+    """The learning rate at ``step`` as a share of the peak: a linear warm-up over ``warmup`` steps, then constant,
+    a linear or cosine decay to 0 at step ``total`` (the run's last), or 1/sqrt decay (Vaswani et al. 2017)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "inverse_sqrt":
+        return math.sqrt(warmup / (step + 1))
+    if schedule == "constant" or not math.isfinite(total) or total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 @register_model("seq2seq")
@@ -158,10 +180,13 @@ class Seq2Seq(Parser):
 
     def __init__(self, featurizer: Seq2SeqFeaturizer, formalism: str, backbone: str = "t5", preset: str = "mini",
                  architecture: dict | None = None, dropout: float = 0.1, lr: float = 1e-3,
-                 weight_decay: float = 0.0, warmup_steps: int = 500, num_beams: int = 1,
+                 weight_decay: float = 0.0, warmup_steps: int = 500, schedule: str = "constant",
+                 betas: Sequence[float] = (0.9, 0.999), label_smoothing: float = 0.0, num_beams: int = 1,
                  max_decode_length: int | None = None):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
+        if schedule not in SCHEDULES:
+            raise ValueError(f"model.params.schedule={schedule!r}; choose one of {', '.join(SCHEDULES)}")
         if backbone not in BACKBONES:
             raise ValueError(f"model.params.backbone={backbone!r}; choose one of {', '.join(BACKBONES)}")
         if backbone == "bert2bert_minilm":
@@ -193,13 +218,19 @@ class Seq2Seq(Parser):
         return self.featurizer.pretrained or f"t5-{self.hparams.preset}-scratch"
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            labels=batch["labels"]).loss
+        output = self.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              labels=batch["labels"])
+        loss = output.loss
+        if self.hparams.label_smoothing:
+            loss = F.cross_entropy(output.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100,
+                                   label_smoothing=self.hparams.label_smoothing)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
+        if self.hparams.num_beams == 1:
+            return self.featurizer.decode(self.greedy(batch["input_ids"], batch["attention_mask"]))
         generated = self.network.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                           max_new_tokens=self.max_decode_length, num_beams=self.hparams.num_beams,
                                           do_sample=False, pad_token_id=self.featurizer.pad_id,
@@ -207,10 +238,40 @@ class Seq2Seq(Parser):
                                           decoder_start_token_id=self.network.config.decoder_start_token_id)
         return self.featurizer.decode(generated)
 
+    @torch.no_grad()
+    def greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Greedy decoding with the decoder's key/value cache, one batched step per output position. Rows that
+        have produced </s> leave the batch (and the cache), so a batch costs its longest output only for the rows
+        still decoding. Returns [batch, length] token ids, <pad> after each </s>; the same tokens as
+        ``generate(num_beams=1)``."""
+        pad, eos = self.featurizer.pad_id, self.featurizer.eos_id
+        hidden = self.network.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        output = torch.full((len(input_ids), self.max_decode_length), pad, dtype=torch.long, device=input_ids.device)
+        rows = torch.arange(len(input_ids), device=input_ids.device)  # the output rows still decoding
+        tokens = torch.full((len(input_ids), 1), self.network.config.decoder_start_token_id, device=input_ids.device)
+        cache = None
+        for position in range(self.max_decode_length):
+            step = self.network(encoder_outputs=(hidden,), attention_mask=attention_mask, decoder_input_ids=tokens,
+                                past_key_values=cache, use_cache=True)
+            chosen = step.logits[:, -1].argmax(-1)
+            output[rows, position] = chosen
+            going = chosen != eos
+            if not going.any():
+                break
+            cache = step.past_key_values
+            if not going.all():
+                keep = going.nonzero().squeeze(1)
+                rows, hidden, attention_mask, chosen = rows[keep], hidden[keep], attention_mask[keep], chosen[keep]
+                cache.reorder_cache(keep)
+            tokens = chosen[:, None]
+        return output
+
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        warmup = max(1, self.hparams.warmup_steps)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                      weight_decay=self.hparams.weight_decay)
+        total = self.trainer.estimated_stepping_batches if self._trainer is not None else 0
+        factor = partial(lr_factor, self.hparams.schedule, max(1, self.hparams.warmup_steps), total)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def save_pretrained(self, directory: str | Path) -> None:

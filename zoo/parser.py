@@ -40,6 +40,11 @@ class Featurizer:
     def encode(self, example: Example) -> Any:
         raise NotImplementedError
 
+    def length(self, example: Example) -> Any:
+        """A sort key for batching ``example`` with others of similar cost (``ParsingDataModule`` buckets training
+        batches by it); ``None``, the default, leaves batches at random."""
+        return None
+
     def collate(self, items: list[Any]) -> dict[str, Any]:
         raise NotImplementedError
 

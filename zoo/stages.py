@@ -140,6 +140,9 @@ def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_di
         "global_steps": "+".join(str(r["global_steps"]) for r in stage_rows),
         # the stages' batches have one size: the rate over all of them weighs each stage by its steps
         "train_examples_per_s": round(sum(steps) / sum(s / r for s, r in zip(steps, rates)), 1),
+        # a pipeline has converged when every stage has; its late gain is its least converged stage's
+        "val_late_gain": max((float(r["val_late_gain"]) for r in stage_rows if r.get("val_late_gain")), default=""),
+        "converged": all(str(r.get("converged")) == "True" for r in stage_rows),
         "test_examples_per_s": round(n_test / max(test_seconds, 1e-9), 1),
         "hardware": stage_rows[-1]["hardware"],
         "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),

@@ -73,6 +73,47 @@ class Throughput(Callback):
         self.examples += len(batch["examples"])
 
 
+class ValidationCurve(Callback):
+    """The monitored validation metric after each validation, as ``(global step, value)``; kept in checkpoints, so
+    a resumed run's curve is whole. ``late_gain`` reads convergence off it."""
+
+    def __init__(self, monitor: str):
+        self.monitor, self.points = monitor, []
+
+    def on_validation_end(self, trainer, module):
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is not None and not trainer.sanity_checking:
+            self.points.append((trainer.global_step, float(value)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"points": self.points}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.points = [tuple(point) for point in state["points"]]
+
+
+# A run has converged when its validation metric rose by less than this over the last LATE_SHARE of its steps.
+CONVERGED_GAIN, LATE_SHARE = 0.01, 0.3
+
+
+def late_gain(points: list[tuple[int, float]], last_step: int) -> float | None:
+    """How much the best validation value rose over the last ``LATE_SHARE`` of ``last_step`` steps: the best of
+    all ``(step, value)`` points minus the best up to step ``(1 - LATE_SHARE) * last_step``. None without a point
+    before that step (nothing to compare with)."""
+    cut = (1 - LATE_SHARE) * last_step
+    early = [value for step, value in points if step <= cut]
+    if not early:
+        return None
+    return max(value for _, value in points) - max(early)
+
+
+def convergence_columns(points: list[tuple[int, float]], last_step: int) -> dict[str, Any]:
+    """The results columns of the convergence rule: ``val_late_gain`` and ``converged``."""
+    gain = late_gain(points, last_step)
+    return {"val_late_gain": "" if gain is None else round(gain, 4),
+            "converged": gain is not None and gain < CONVERGED_GAIN}
+
+
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
     ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
@@ -136,10 +177,10 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
                            enable_version_counter=False)
     last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
                            every_n_train_steps=cfg.checkpoint_every_n_steps)
-    throughput = Throughput()
+    throughput, curve = Throughput(), ValidationCurve(monitor)
     extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, *extra_callbacks],
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, curve, *extra_callbacks],
                                      logger=logger, default_root_dir=str(run_dir))
 
     train_seconds = None
@@ -177,6 +218,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             "epochs": "" if tested else trainer.current_epoch,
             "global_steps": "" if tested else trainer.global_step,
             "train_examples_per_s": "" if tested else round(throughput.examples / max(throughput.seconds, 1e-9), 1),
+            **({} if tested else convergence_columns(curve.points, trainer.global_step)),
             "test_examples_per_s": round(len(datamodule.test) / max(throughput.test_seconds, 1e-9), 1),
             "hardware": hardware_string(trainer),
             "peak_memory_mb": round(_peak_memory_mb(), 1),
