@@ -4,7 +4,7 @@
 
 One table per backbone and protocol (the experiment config that fixed the budget, e.g. ``seq2seq_ir_gpu``). Rows
 are datasets, columns the pipelines (``baseline`` is ``ir=none``); a cell is the test exact match in percent,
-averaged over seeds, with the number of seeds, the training minutes (all stages of a pipeline; shared stages counted
+averaged over seeds ± their standard deviation, with the number of seeds, a mark for runs that had not converged, the training minutes (all stages of a pipeline; shared stages counted
 in each pipeline that uses them) and the training examples per second. A run on subsamples
 (variant ``rir-train20000-eval2000``) is a row of its own, ``cfq_mcd1 (train20000-eval2000)``.
 """
@@ -26,7 +26,9 @@ from zoo.results import atomic_path  # noqa: E402
 PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir", "graphq")
 CELL = ("Cell: exact match, mean over seeds (n = seeds) · training minutes of all stages · training examples/s. "
         "`(trainN-evalM)`: the first N training and M dev and test examples; `(sampleN)`: a random N training "
-        "examples. Hardware per row is in runs.csv.")
+        "examples. Hardware per row is in runs.csv. Convergence (validation exact match rose by less than 1 point "
+        "over the last 30% of the steps, every stage): `†k` marks k runs that had not converged, `?` runs from "
+        "before the rule was recorded.")
 
 
 def ir_tables(runs: pd.DataFrame) -> str:
@@ -59,10 +61,21 @@ def method_tables(runs: pd.DataFrame, methods: Sequence[str], header: list[str])
                 em = 100 * runs_of["test_exact_match"].astype(float)
                 minutes = runs_of["train_seconds"].astype(float).mean() / 60
                 speed = runs_of["train_examples_per_s"].astype(float).mean()
-                cells.append(f"**{em.mean():.1f}** (n={len(em)}) · {minutes:.1f} min · {speed:.0f}/s")
+                spread = f" ± {em.std():.1f}" if len(em) > 1 else ""
+                cells.append(f"**{em.mean():.1f}**{spread} (n={len(em)}){convergence_mark(runs_of)} · "
+                             f"{minutes:.1f} min · {speed:.0f}/s")
             out.append(f"| {data} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def convergence_mark(runs: pd.DataFrame) -> str:
+    """`` †k`` when k of ``runs`` had not converged, `` ?`` when some were recorded without the verdict, else ""."""
+    verdicts = runs["converged"].astype(str) if "converged" in runs else pd.Series(["nan"] * len(runs))
+    not_converged = int((verdicts == "False").sum())
+    if not_converged:
+        return f" †{not_converged}"
+    return " ?" if (verdicts != "True").any() else ""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from datamodules import DataFormatError, MissingDataError, ParsingDataModule, read_splits
+from datamodules import DataConfigError, DataFormatError, MissingDataError, ParsingDataModule, read_splits
 from datamodules.base import iter_json_array, resolve_root
 from datamodules.cfq import preprocess_sparql, read_release, tokenize_punctuation
-from datamodules.datamodule import hold_out
+from datamodules.datamodule import LengthBucketBatchSampler, fixed_subset, hold_out
 from zoo.registry import DATASETS
 from zoo.types import Example
 
@@ -196,6 +196,66 @@ def test_dataloader_round_trip(tmp_path):
     test = list(dm.test_dataloader())
     assert [len(b["examples"]) for b in test] == [5, 1]
     assert [e for b in dm.predict_dataloader() for e in b["examples"]] == dm.test
+
+
+def test_length_buckets_keep_every_example_once_per_epoch():
+    lengths = [(i * 7919) % 61 for i in range(1000)]
+    sampler = LengthBucketBatchSampler(lengths, batch_size=16, seed=3, pool_batches=10)
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler) == 63 and all(1 <= len(b) <= 16 for b in batches)
+        assert sorted(i for b in batches for i in b) == list(range(1000))  # each example exactly once
+        # a batch spans few lengths: at most the spread of one pool's 160 sorted examples over 10 batches
+        spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+        assert spread < 15
+        epochs.append(batches)
+    assert epochs[0] != epochs[1] != epochs[2]  # each epoch batches and orders anew
+    firsts = [lengths[b[0]] for b in epochs[0]]
+    assert firsts != sorted(firsts)  # batches do not come in length order
+    again = LengthBucketBatchSampler(lengths, batch_size=16, seed=3, pool_batches=10)
+    again.set_epoch(1)
+    assert list(again) == epochs[1]  # seeded
+
+
+class LengthFeaturizer(FakeFeaturizer):
+    def length(self, example):
+        return len(example.utterance.split())
+
+
+def test_training_batches_are_bucketed_when_the_featurizer_measures_length(tmp_path):
+    root = str(write_scan_root(tmp_path, n_train=40))
+    dm = ParsingDataModule("scan_simple", root=root, val_fraction=0.1, batch_size=4, seed=1)
+    dm.setup()
+    dm.attach(LengthFeaturizer())
+    batches = list(dm.train_dataloader())
+    assert sorted(e.meta["index"] for b in batches for e in b["examples"]) == [e.meta["index"] for e in dm.train]
+    # 36 examples of distinct lengths in one pool: each batch holds 4 neighbours in length
+    assert all(max(b["lengths"]) - min(b["lengths"]) <= 4 for b in batches)
+    dm.bucket_by_length = False
+    assert max(max(b["lengths"]) - min(b["lengths"]) for b in dm.train_dataloader()) > 4
+    plain = ParsingDataModule("scan_simple", root=root, val_fraction=0.1, batch_size=4)
+    plain.setup()
+    plain.attach(FakeFeaturizer())  # no length: random batches
+    assert max(max(b["lengths"]) - min(b["lengths"]) for b in plain.train_dataloader()) > 4
+
+
+def test_validation_subset_is_fixed_across_runs(tmp_path):
+    examples = [Example(str(i), str(i), {"index": i}) for i in range(100)]
+    subset = fixed_subset(examples, 10, seed=0)
+    assert len(subset) == 10 and subset == sorted(subset, key=lambda e: e.meta["index"])
+    assert fixed_subset(examples, 10, seed=0) == subset != fixed_subset(examples, 10, seed=1)
+    assert fixed_subset(examples, 200, seed=0) == fixed_subset(examples, None, seed=0) == examples
+    root = str(write_scan_root(tmp_path, n_train=40))
+    vals = []
+    for seed in (1, 2):  # the run's seed does not move the subset; val_seed does
+        dm = ParsingDataModule("scan_simple", root=root, val_fraction=0.5, val_subset=5, seed=seed)
+        dm.setup()
+        vals.append([e.meta["index"] for e in dm.val])
+    assert len(vals[0]) == 5 and vals[0] == vals[1]
+    with pytest.raises(DataConfigError, match="val_subset"):
+        ParsingDataModule("scan_simple", root=root, val_subset=0)
 
 
 # ----------------------------------------------------------------------------------------------- errors

@@ -22,7 +22,7 @@ def test_report_tables_and_alpha_plot(tmp_path):
     def run(variant, em, seed=1, data="geo_sql_iid"):
         return {"model": "seq2seq", "variant": variant, "backbone": "t5-mini-scratch", "data": data, "seed": seed,
                 "protocol": "gandr_cpu_short", "test_exact_match": em, "train_seconds": 60,
-                "train_examples_per_s": 10, "run_dir": str(tmp_path / variant / data / str(seed))}
+                "train_examples_per_s": 10, "run_dir": str(tmp_path / variant / data / str(seed)), "converged": "True"}
 
     predictions = [{"utterance": "q || a & SELECT 1 ; || b & SELECT 2 ;", "gold": "SELECT 2 ;", "correct": True},
                    {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 3 ;", "correct": True},
@@ -32,7 +32,7 @@ def test_report_tables_and_alpha_plot(tmp_path):
         "\n".join(json.dumps(p) for p in predictions) + "\n")
 
     write_csv(tmp_path / "runs.csv", [
-        run("baseline", 0.5), run("input_tfidf-k4", 0.6), run("gandr-k4-a0.5", 0.7), run("gandr-k4-a0.5", 0.8, 2),
+        run("baseline", 0.5), run("input_tfidf-k4", 0.6), run("gandr-k4-a0.5", 0.7), {**run("gandr-k4-a0.5", 0.8, 2), "converged": "False"},
         run("gandr-k4-a0", 0.65), run("gandr-k4-a1", 0.55), run("rir", 0.9),
         run("gandr-k4-a0.5-sample1000", 0.3, data="atis_sql_iid"),
         {**run("baseline", 0.4, data="scan_simple"), "protocol": "other"}])  # no retrieval run under this protocol
@@ -46,7 +46,8 @@ def test_report_tables_and_alpha_plot(tmp_path):
                        "--out", str(out), "--plot", str(plot), "--copying", str(tmp_path / "copying.csv")])
     text = out.read_text()
     assert "| data | baseline | input_tfidf-k4 | gandr-k4-a0.5 | gandr-k4-a0 | gandr-k4-a1 |" in text
-    assert "| geo_sql_iid | **50.0** (n=1)" in text and "**75.0** (n=2)" in text and "rir" not in text
+    assert "| geo_sql_iid | **50.0** (n=1) · 1.0 min" in text and "rir" not in text
+    assert "**75.0** ± 7.1 (n=2) †1 ·" in text  # mean ± std over seeds; one of the two had not converged
     assert "| atis_sql_iid (sample1000) |  |  | **30.0** (n=1)" in text
     assert "scan_simple" not in text and "protocol other" not in text
     assert "| geo_sql_iid | 4 | 0.5 | 1 | 49 | 60.0 | 80.0 | 70.0 |" in text

@@ -1,5 +1,6 @@
 """The seq2seq model: tokenizer round trip, overfitting a handful of SCAN examples, pretrained T5 loading, the
 MiniLM-warm-started encoder-decoder."""
+import pytest
 import torch
 
 from models.seq2seq import Seq2Seq, Seq2SeqFeaturizer
@@ -57,6 +58,46 @@ def test_tiny_model_overfits_16_scan_examples():
     # lr 3e-3 left one example's loss on a plateau on some CPUs; 1e-3 for 500 steps fits all 16 from seeds 0-2
     fit(model, batch, lr=1e-3, steps=500)
     assert model.parse(batch) == [e.program for e in EXAMPLES]
+
+
+def test_cached_greedy_decoding_equals_generate():
+    """Seq2Seq.greedy (rows leave the batch at </s>) gives generate()'s tokens, on a half-trained model whose
+    outputs have many lengths, some running to the length limit."""
+    torch.manual_seed(0)
+    model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", max_decode_length=7)
+    batch = batch_of(model, EXAMPLES)
+    fit(model, batch, lr=1e-3, steps=60)
+    generated = model.network.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                       max_new_tokens=7, num_beams=1, do_sample=False,
+                                       pad_token_id=model.featurizer.pad_id, eos_token_id=model.featurizer.eos_id,
+                                       decoder_start_token_id=model.featurizer.pad_id)
+    programs = model.parse(batch)
+    assert programs == model.featurizer.decode(generated)
+    assert len({len(p.split()) for p in programs}) > 2
+
+
+def test_learning_rate_schedules():
+    from models.seq2seq import lr_factor
+
+    assert [lr_factor("linear", 4, 104, s) for s in (0, 3, 4, 54, 104, 200)] == [0.25, 1.0, 1.0, 0.5, 0.0, 0.0]
+    assert lr_factor("cosine", 4, 104, 54) == pytest.approx(0.5) and lr_factor("cosine", 4, 104, 104) == 0.0
+    assert lr_factor("constant", 4, 104, 100) == 1.0 and lr_factor("inverse_sqrt", 4, 104, 15) == 0.5
+    assert lr_factor("linear", 4, float("inf"), 50) == 1.0  # no known end (max_steps=-1, max_epochs=-1): no decay
+    with pytest.raises(ValueError, match="schedule"):
+        Seq2Seq.build(EXAMPLES, "scan", preset="tiny", schedule="step")
+
+
+def test_label_smoothing_changes_the_loss():
+    torch.manual_seed(0)
+    batch = None
+    losses = []
+    for smoothing in (0.0, 0.1):
+        torch.manual_seed(0)
+        model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", label_smoothing=smoothing, dropout=0.0)
+        model.log = lambda *args, **kwargs: None  # outside a trainer
+        batch = batch or batch_of(model, EXAMPLES)
+        losses.append(model.training_step(batch, 0).item())
+    assert losses[0] != pytest.approx(losses[1])
 
 
 def test_beam_search_decodes(tmp_path):

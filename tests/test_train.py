@@ -148,3 +148,31 @@ def test_executable_dataset_reports_denotation_and_keeps_failure_reasons(tmp_pat
     assert failed, "a 4-step model emits malformed programs; their reasons should be kept"  # seeded: deterministic
     for p in failed:
         assert p["denotation_correct"] is False and not p["correct"] and p["error"].startswith("scan_sp")
+
+
+def test_convergence_rule_on_synthetic_curves():
+    from zoo.train import convergence_columns, late_gain
+
+    # 10,000 steps: the last 30% start after step 7,000
+    rising = [(step, step / 10_000) for step in range(1000, 10_001, 1000)]
+    assert late_gain(rising, 10_000) == pytest.approx(1.0 - 0.7)
+    assert convergence_columns(rising, 10_000) == {"val_late_gain": 0.3, "converged": False}
+    plateau = [(1000, 0.5), (4000, 0.95), (7000, 0.99), (8000, 0.995), (10_000, 0.997)]
+    assert late_gain(plateau, 10_000) == pytest.approx(0.007)
+    assert convergence_columns(plateau, 10_000)["converged"] is True
+    dipping = [(5000, 0.9), (8000, 0.8), (10_000, 0.85)]  # worse late: no gain, converged
+    assert late_gain(dipping, 10_000) == 0.0
+    exactly_one_point = [(7000, 0.5), (10_000, 0.51)]
+    assert convergence_columns(exactly_one_point, 10_000)["converged"] is False
+    late_only = [(9000, 0.4), (10_000, 0.6)]  # no evaluation before the last 30%: cannot tell, so not converged
+    assert late_gain(late_only, 10_000) is None
+    assert convergence_columns(late_only, 10_000) == {"val_late_gain": "", "converged": False}
+
+
+def test_run_row_carries_the_validation_curve_verdict(tmp_path):
+    cfg = smoke(tmp_path, "model=seq2seq", "data=scan_simple",
+                "trainer.max_steps=8", "+trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null",
+                "trainer.max_epochs=-1")
+    row = run(cfg, tmp_path / "run")
+    # validations at steps 2, 4, 6, 8: the late gain is the best of all over the best of steps 2 and 4
+    assert row["val_late_gain"] >= 0 and row["converged"] == (row["val_late_gain"] < 0.01)

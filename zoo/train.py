@@ -157,12 +157,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             rewrite(name, split) for name, split in
             (("train", datamodule.train), ("val", datamodule.val), ("test", datamodule.test)))
 
-    params = OmegaConf.to_container(cfg.model.params, resolve=True)
-    featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
-    if cfg.smoke:  # the model config's small sizes for debug=smoke, where it has them
-        for target, key in ((params, "smoke_params"), (featurizer, "smoke_featurizer")):
-            if cfg.model.get(key):
-                target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
+    params, featurizer = model_settings(cfg)
     restored = resume_from or tested or init_from
     checkpoint = torch.load(restored, map_location="cpu", weights_only=False) if restored else None
     model = model_cls.build(datamodule.train, formalism, featurizer=featurizer,
@@ -232,6 +227,17 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     return row
 
 
+def model_settings(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's constructor arguments and its featurizer's, with ``debug=smoke``'s small sizes merged in."""
+    params = OmegaConf.to_container(cfg.model.params, resolve=True)
+    featurizer = OmegaConf.to_container(cfg.model.featurizer, resolve=True)
+    if cfg.smoke:  # the model config's small sizes for debug=smoke, where it has them
+        for target, key in ((params, "smoke_params"), (featurizer, "smoke_featurizer")):
+            if cfg.model.get(key):
+                target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
+    return params, featurizer
+
+
 def run_variant(cfg: DictConfig) -> str:
     """The results' variant: the model's (``rir``, ``gandr-k4-a0.5``) and the data subsample (``-sample1000``)."""
     return f"{cfg.model.variant}{cfg.get('subsample') or ''}"
@@ -277,8 +283,9 @@ def _git_commit() -> str:
     return commit + ("-dirty" if changed else "")
 
 
-def hardware_string(trainer: L.Trainer) -> str:
-    if trainer.accelerator.__class__.__name__.lower().startswith("cuda") and torch.cuda.is_available():
+def hardware_string(trainer: L.Trainer | None = None) -> str:
+    """The GPU a trainer runs on, else this machine's CPU and torch's thread count."""
+    if trainer is not None and trainer.accelerator.__class__.__name__.lower().startswith("cuda") and torch.cuda.is_available():
         return f"{trainer.num_devices}x {torch.cuda.get_device_name(0)}"
     cpu = platform.processor() or platform.machine()
     try:

@@ -1,0 +1,148 @@
+"""How fast the seq2seq backbone trains and decodes here, and what share of the machine's matmul rate that is.
+
+    python benchmarks/seq2seq_speed.py                                    # T5 mini, scan_simple, the CPU recipe
+    python benchmarks/seq2seq_speed.py data=cfq_mcd1 --steps 20           # any run.py override
+    python benchmarks/seq2seq_speed.py debug=smoke --out /tmp/speed.csv   # seconds (what the test runs)
+
+Three measurements, on the run's data and model settings (``experiment=seq2seq_scratch_cpu`` unless overridden):
+
+* ``matmul``: the machine's fp32 matmul rate, ``torch.mm`` of two square matrices at torch's thread count, the
+  best of a few repetitions: the ceiling the other rows are a share of.
+* ``train``: optimiser steps (forward, backward, AdamW) on training batches, once length-bucketed and once at random
+  (``data.bucket_by_length``), after a few warm-up steps.
+* ``decode``: greedy decoding (``Seq2Seq.parse``) of the validation examples.
+
+Floating-point operations are counted by ``torch.utils.flop_counter`` on the same batches (matmuls and attention:
+the work that costs), so ``flops_share`` is the achieved FLOP/s over the measured matmul FLOP/s. Each row replaces
+the earlier row of the same (phase, data, backbone, batch, bucketing, threads, hardware) in ``results/seq2seq_speed.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from zoo.registry import get_dataset, get_model  # noqa: E402
+from zoo.results import append_row  # noqa: E402
+from zoo.stages import prepared_data  # noqa: E402
+from zoo.train import hardware_string, model_settings  # noqa: E402
+
+DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
+KEY = ("phase", "data", "backbone", "batch_size", "bucketed", "threads", "hardware")
+
+
+def matmul_flops_per_s(size: int = 1024, repeats: int = 5) -> float:
+    """fp32 ``size x size`` matmuls: 2 size^3 operations each, best of ``repeats`` timings of 8 products."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(8):
+            torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 8 * 2 * size ** 3 / best
+
+
+def counted_flops(function) -> int:
+    with FlopCounterMode(display=False) as counter:
+        function()
+    return counter.get_total_flops()
+
+
+def train_speed(model, loader, steps: int, warmup: int) -> tuple[int, float, int]:
+    """(examples, seconds, flops) of ``steps`` optimiser steps after ``warmup`` untimed ones."""
+    network = model.network.train()
+    optimizer = torch.optim.AdamW(network.parameters(), lr=1e-4)
+
+    def step(batch):
+        network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss \
+            .backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    batches = list(itertools.islice(itertools.cycle(loader), warmup + steps))
+    for batch in batches[:warmup]:
+        step(batch)
+    measured = batches[warmup:]
+    start = time.perf_counter()
+    for batch in measured:
+        step(batch)
+    seconds = time.perf_counter() - start
+    flops = 0
+    for batch in measured:  # counted apart: the counter slows what it watches
+        flops += counted_flops(lambda: network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                               labels=batch["labels"]).loss.backward())
+        optimizer.zero_grad()
+    return sum(len(b["input_ids"]) for b in measured), seconds, flops
+
+
+def decode_speed(model, loader) -> tuple[int, float, int]:
+    """(examples, seconds, flops) of greedy decoding every batch of ``loader``."""
+    model.eval()
+    batches = list(loader)
+    start = time.perf_counter()
+    for batch in batches:
+        model.parse(batch)
+    seconds = time.perf_counter() - start
+    flops = sum(counted_flops(lambda: model.parse(batch)) for batch in batches)
+    return sum(len(b["input_ids"]) for b in batches), seconds, flops
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40, help="timed training steps per batching")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed training steps first")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "seq2seq_speed.csv")
+    args, overrides = parser.parse_known_args(argv)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides])
+    if cfg.model.name != "seq2seq":
+        sys.exit(f"error: model={cfg.model.name}: this benchmark measures the seq2seq backbone")
+    torch.manual_seed(cfg.seed)
+    datamodule = prepared_data(cfg)
+    params, featurizer = model_settings(cfg)
+    model = get_model("seq2seq").build(datamodule.train, get_dataset(cfg.data.name).formalism,
+                                       featurizer=featurizer, **params)
+    datamodule.attach(model.featurizer)
+
+    peak = matmul_flops_per_s()
+    common = {"data": cfg.data.name, "backbone": model.backbone, "params": sum(p.numel() for p in model.parameters()),
+              "threads": torch.get_num_threads(),
+              "hardware": hardware_string(),
+              "matmul_gflops": round(peak / 1e9, 2)}
+    rows = []
+
+    def row(phase: str, batch_size: int, bucketed: bool | str, measured: tuple[int, float, int]) -> None:
+        examples, seconds, flops = measured
+        rows.append({"phase": phase, "batch_size": batch_size, "bucketed": bucketed, **common,
+                     "examples": examples, "seconds": round(seconds, 3),
+                     "examples_per_s": round(examples / seconds, 1),
+                     "gflops_per_example": round(flops / max(examples, 1) / 1e9, 4),
+                     "achieved_gflops": round(flops / seconds / 1e9, 2),
+                     "flops_share": round(flops / seconds / peak, 4)})
+
+    for bucketed in (True, False):
+        datamodule.bucket_by_length = bucketed
+        row("train", datamodule.batch_size, bucketed,
+            train_speed(model, datamodule.train_dataloader(), args.steps, args.warmup))
+    row("decode", datamodule.eval_batch_size, "", decode_speed(model, datamodule.val_dataloader()))
+    for r in rows:
+        append_row(args.out, r, replacing=KEY)
+        print(f"{r['phase']:6} bucketed={str(r['bucketed']):5} batch {r['batch_size']:4}: "
+              f"{r['examples_per_s']:8.1f} examples/s, {r['achieved_gflops']:6.2f} GFLOP/s = "
+              f"{100 * r['flops_share']:.1f}% of the {r['matmul_gflops']} GFLOP/s matmul rate")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

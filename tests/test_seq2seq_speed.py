@@ -1,0 +1,22 @@
+"""benchmarks/seq2seq_speed.py on debug=smoke: it measures, counts FLOPs and writes its rows."""
+import sys
+
+from conftest import REPO, needs_mirror
+from zoo.results import read_rows
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import seq2seq_speed  # noqa: E402
+
+
+@needs_mirror
+def test_speed_benchmark_on_smoke(tmp_path):
+    out = tmp_path / "speed.csv"
+    rows = seq2seq_speed.main(["debug=smoke", "--steps", "2", "--warmup", "1", "--out", str(out)])
+    assert [r["phase"] for r in rows] == ["train", "train", "decode"]
+    assert [r["bucketed"] for r in rows] == [True, False, ""]
+    for row in rows:
+        assert row["examples"] > 0 and row["examples_per_s"] > 0 and row["matmul_gflops"] > 0
+        assert row["gflops_per_example"] > 0 and 0 < row["flops_share"] < 1
+    assert rows[0]["backbone"] == "t5-tiny-scratch"
+    seq2seq_speed.main(["debug=smoke", "--steps", "2", "--warmup", "1", "--out", str(out)])
+    assert len(read_rows(out)) == 3  # a rerun replaces its rows
