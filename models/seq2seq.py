@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
-from transformers import (AutoTokenizer, BertLMHeadModel, BertModel, EncoderDecoderModel, T5Config,
-                          T5ForConditionalGeneration)
+from transformers import (AutoTokenizer, BartConfig, BartForConditionalGeneration, BertLMHeadModel, BertModel,
+                          EncoderDecoderModel, T5Config, T5ForConditionalGeneration)
 from transformers.utils import logging as transformers_logging
 
 from zoo.parser import Featurizer, Parser
@@ -155,7 +155,7 @@ class Seq2SeqFeaturizer(Featurizer):
         return featurizer
 
 
-BACKBONES = ("t5", "bert2bert_minilm")
+BACKBONES = ("t5", "bart", "bert2bert_minilm")
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 
 
@@ -198,24 +198,29 @@ class Seq2Seq(Parser):
             self.network = T5ForConditionalGeneration.from_pretrained(featurizer.pretrained)
         else:
             if preset not in PRESETS:
-                raise ValueError(f"model.preset={preset!r} is not a T5 preset; choose one of {', '.join(PRESETS)}")
-            config = T5Config(vocab_size=featurizer.vocab_size, dropout_rate=dropout,
-                              pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id,
-                              decoder_start_token_id=featurizer.pad_id,
-                              **{**PRESETS[preset], **(architecture or {})})
-            self.network = T5ForConditionalGeneration(config)
-        # Generalisation splits (SCAN length) need outputs longer than any training target; BERT's decoder has
-        # learned positions for 512 tokens only.
+                raise ValueError(f"model.preset={preset!r} is not a preset; choose one of {', '.join(PRESETS)}")
+            sizes = {**PRESETS[preset], **(architecture or {})}
+            self.network = (_bart(featurizer, sizes, dropout) if backbone == "bart" else
+                            T5ForConditionalGeneration(T5Config(
+                                vocab_size=featurizer.vocab_size, dropout_rate=dropout, pad_token_id=featurizer.pad_id,
+                                eos_token_id=featurizer.eos_id, decoder_start_token_id=featurizer.pad_id, **sizes)))
+        # Generalisation splits (SCAN length) need outputs longer than any training target; learned positions
+        # (BERT's, BART's) stop at max_position_embeddings.
         self.max_decode_length = max_decode_length or 2 * featurizer.longest_train_target + 16
-        if backbone == "bert2bert_minilm":
-            self.max_decode_length = min(self.max_decode_length, self.network.config.decoder.max_position_embeddings)
+        positions = getattr(getattr(self.network.config, "decoder", self.network.config), "max_position_embeddings", 0)
+        if positions:
+            self.max_decode_length = min(self.max_decode_length, positions - 1)
 
     @property
     def backbone(self) -> str:
-        """What the leaderboard calls this network: the pretrained name, else the scratch preset."""
+        """What the leaderboard calls this network: the pretrained name, else the scratch preset and the T5Config
+        fields that ``architecture`` changes, e.g. ``t5-mini-scratch (relative_attention_num_buckets=128)``."""
         if self.hparams.backbone == "bert2bert_minilm":
             return "bert2bert-minilm"
-        return self.featurizer.pretrained or f"t5-{self.hparams.preset}-scratch"
+        if self.featurizer.pretrained:
+            return self.featurizer.pretrained
+        changed = ", ".join(f"{key}={value}" for key, value in sorted((self.hparams.architecture or {}).items()))
+        return f"{self.hparams.backbone}-{self.hparams.preset}-scratch" + (f" ({changed})" if changed else "")
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         output = self.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -283,6 +288,26 @@ class Seq2Seq(Parser):
         self.network.save_pretrained(directory)
         PreTrainedTokenizerFast(tokenizer_object=self.featurizer.tokenizer, pad_token=PAD, eos_token=EOS,
                                 unk_token=UNK).save_pretrained(directory)
+
+
+def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float) -> BartForConditionalGeneration:
+    """BART (Lewis et al. 2020) from scratch at a T5 preset's sizes: the same widths, depths and heads, with learned
+    absolute positions where T5 has relative attention biases only (README: why the scratch recipe uses it)."""
+    unknown = set(sizes) - {"d_model", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "d_kv"}
+    if unknown:
+        raise ValueError(f"model.params.architecture: {', '.join(sorted(unknown))} are T5Config fields with no BART "
+                         "counterpart here")
+    if sizes["d_kv"] * sizes["num_heads"] != sizes["d_model"]:
+        raise ValueError("backbone bart needs d_kv x num_heads = d_model")
+    config = BartConfig(vocab_size=featurizer.vocab_size, d_model=sizes["d_model"],
+                        encoder_layers=sizes["num_layers"], decoder_layers=sizes["num_decoder_layers"],
+                        encoder_attention_heads=sizes["num_heads"], decoder_attention_heads=sizes["num_heads"],
+                        encoder_ffn_dim=sizes["d_ff"], decoder_ffn_dim=sizes["d_ff"], dropout=dropout,
+                        max_position_embeddings=max(featurizer.max_source_length, featurizer.max_target_length,
+                                                    2 * featurizer.longest_train_target + 16) + 1,
+                        pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id, bos_token_id=featurizer.eos_id,
+                        decoder_start_token_id=featurizer.eos_id, forced_eos_token_id=None)
+    return BartForConditionalGeneration(config)
 
 
 def _bert2bert(featurizer: Seq2SeqFeaturizer, dropout: float) -> EncoderDecoderModel:
