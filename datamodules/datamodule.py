@@ -90,7 +90,7 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
     calls ``set_epoch`` before each epoch.
     """
 
-    def __init__(self, lengths: list, batch_size: int, seed: int = 0, pool_batches: int = 50):
+    def __init__(self, lengths: list, batch_size: int, seed: int = 0, pool_batches: int = 8):
         self.lengths, self.batch_size, self.seed, self.pool_batches = lengths, batch_size, seed, pool_batches
         self.epoch = 0
 
@@ -168,6 +168,8 @@ class ParsingDataModule(L.LightningDataModule):
             every run), so frequent validation of a slow decoder stays cheap; ``None`` validates on all.
         bucket_by_length: batch training examples of similar length together (``LengthBucketBatchSampler``) when
             the model's featurizer measures lengths (``Featurizer.length``); the order is seeded by ``seed``.
+        bucket_pool_batches: how many batches' worth of examples are sorted by length together: more pads less,
+            fewer keeps each batch's examples more varied.
         batch_size, eval_batch_size: training batch size; evaluation batch size (``None``: same as training).
         num_workers: DataLoader worker processes.
         download: fetch missing files with ``zoo.download`` (verified by SHA-256) instead of failing.
@@ -176,7 +178,7 @@ class ParsingDataModule(L.LightningDataModule):
     def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
                  train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
                  limit_eval: int | None = None, val_subset: int | None = None, bucket_by_length: bool = True,
-                 batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0,
+                 bucket_pool_batches: int = 8, batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0,
                  download: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
@@ -187,7 +189,10 @@ class ParsingDataModule(L.LightningDataModule):
         if val_subset is not None and val_subset < 1:
             raise DataConfigError(f"data.val_subset={val_subset}: expected a positive number of validation examples "
                                   "or null for all of them")
-        self.val_subset, self.bucket_by_length, self.seed = val_subset, bucket_by_length, seed
+        if bucket_pool_batches < 1:
+            raise DataConfigError(f"data.bucket_pool_batches={bucket_pool_batches}: expected a positive number")
+        self.val_subset, self.seed = val_subset, seed
+        self.bucket_by_length, self.bucket_pool_batches = bucket_by_length, bucket_pool_batches
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
             raise DataConfigError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
@@ -275,7 +280,8 @@ class ParsingDataModule(L.LightningDataModule):
         if shuffle and self.bucket_by_length and length is not None and not self._distributed():
             lengths = [length(example) for example in examples]
             if lengths and None not in lengths:
-                batching = {"batch_sampler": LengthBucketBatchSampler(lengths, self.batch_size, self.seed)}
+                batching = {"batch_sampler": LengthBucketBatchSampler(lengths, self.batch_size, self.seed,
+                                                                         self.bucket_pool_batches)}
         return DataLoader(EncodedDataset(examples, self.featurizer), **batching,
                           collate_fn=Collate(self.featurizer), num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)

@@ -226,12 +226,12 @@ class LengthFeaturizer(FakeFeaturizer):
 
 def test_training_batches_are_bucketed_when_the_featurizer_measures_length(tmp_path):
     root = str(write_scan_root(tmp_path, n_train=40))
-    dm = ParsingDataModule("scan_simple", root=root, val_fraction=0.1, batch_size=4, seed=1)
+    dm = ParsingDataModule("scan_simple", root=root, val_fraction=0.1, batch_size=4, seed=1, bucket_pool_batches=10)
     dm.setup()
     dm.attach(LengthFeaturizer())
     batches = list(dm.train_dataloader())
     assert sorted(e.meta["index"] for b in batches for e in b["examples"]) == [e.meta["index"] for e in dm.train]
-    # 36 examples of distinct lengths in one pool: each batch holds 4 neighbours in length
+    # 36 examples of distinct lengths in one pool (of 10 batches): each batch holds 4 neighbours in length
     assert all(max(b["lengths"]) - min(b["lengths"]) <= 4 for b in batches)
     dm.bucket_by_length = False
     assert max(max(b["lengths"]) - min(b["lengths"]) for b in dm.train_dataloader()) > 4

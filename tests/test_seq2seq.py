@@ -51,26 +51,28 @@ def test_featurizer_round_trip_and_state():
                                             featurizer.pad_id]])) == ["I_JUMP"]
 
 
-def test_tiny_model_overfits_16_scan_examples():
+@pytest.mark.parametrize("backbone", ["t5", "bart"])
+def test_tiny_model_overfits_16_scan_examples(backbone):
     torch.manual_seed(0)
-    model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", dropout=0.0)
+    model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", backbone=backbone, dropout=0.0)
     batch = batch_of(model, EXAMPLES)
     # lr 3e-3 left one example's loss on a plateau on some CPUs; 1e-3 for 500 steps fits all 16 from seeds 0-2
     fit(model, batch, lr=1e-3, steps=500)
     assert model.parse(batch) == [e.program for e in EXAMPLES]
 
 
-def test_cached_greedy_decoding_equals_generate():
+@pytest.mark.parametrize("backbone", ["t5", "bart"])
+def test_cached_greedy_decoding_equals_generate(backbone):
     """Seq2Seq.greedy (rows leave the batch at </s>) gives generate()'s tokens, on a half-trained model whose
     outputs have many lengths, some running to the length limit."""
     torch.manual_seed(0)
-    model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", max_decode_length=7)
+    model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", backbone=backbone, max_decode_length=7)
     batch = batch_of(model, EXAMPLES)
     fit(model, batch, lr=1e-3, steps=60)
     generated = model.network.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                        max_new_tokens=7, num_beams=1, do_sample=False,
                                        pad_token_id=model.featurizer.pad_id, eos_token_id=model.featurizer.eos_id,
-                                       decoder_start_token_id=model.featurizer.pad_id)
+                                       decoder_start_token_id=model.network.config.decoder_start_token_id)
     programs = model.parse(batch)
     assert programs == model.featurizer.decode(generated)
     assert len({len(p.split()) for p in programs}) > 2
@@ -85,6 +87,9 @@ def test_learning_rate_schedules():
     assert lr_factor("linear", 4, float("inf"), 50) == 1.0  # no known end (max_steps=-1, max_epochs=-1): no decay
     with pytest.raises(ValueError, match="schedule"):
         Seq2Seq.build(EXAMPLES, "scan", preset="tiny", schedule="step")
+    with pytest.raises(ValueError, match="relative_attention_num_buckets"):
+        Seq2Seq.build(EXAMPLES, "scan", preset="tiny", backbone="bart",
+                      architecture={"relative_attention_num_buckets": 64})
 
 
 def test_label_smoothing_changes_the_loss():
