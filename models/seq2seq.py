@@ -157,9 +157,6 @@ class Seq2SeqFeaturizer(Featurizer):
 
 BACKBONES = ("t5", "bart", "bert2bert_minilm")
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
-# token_mean: the mean over each batch's target tokens (Hugging Face's); example_sum: the sum over a batch's target
-# tokens over its number of examples
-LOSSES = ("token_mean", "example_sum")
 
 
 def lr_factor(schedule: str, warmup: int, total: float, step: int) -> float:
@@ -184,12 +181,10 @@ class Seq2Seq(Parser):
     def __init__(self, featurizer: Seq2SeqFeaturizer, formalism: str, backbone: str = "t5", preset: str = "mini",
                  architecture: dict | None = None, dropout: float = 0.1, lr: float = 1e-3,
                  weight_decay: float = 0.0, warmup_steps: int = 500, schedule: str = "constant",
-                 betas: Sequence[float] = (0.9, 0.999), label_smoothing: float = 0.0, loss: str = "token_mean",
-                 num_beams: int = 1, max_decode_length: int | None = None):
+                 betas: Sequence[float] = (0.9, 0.999), label_smoothing: float = 0.0, num_beams: int = 1,
+                 max_decode_length: int | None = None):
         super().__init__(featurizer, formalism)
         self.save_hyperparameters(ignore=["featurizer"])
-        if loss not in LOSSES:
-            raise ValueError(f"model.params.loss={loss!r}; choose one of {', '.join(LOSSES)}")
         if schedule not in SCHEDULES:
             raise ValueError(f"model.params.schedule={schedule!r}; choose one of {', '.join(SCHEDULES)}")
         if backbone not in BACKBONES:
@@ -230,15 +225,10 @@ class Seq2Seq(Parser):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         output = self.network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                               labels=batch["labels"])
-        loss = output.loss  # the mean over the batch's target tokens
-        if self.hparams.label_smoothing or self.hparams.loss == "example_sum":
+        loss = output.loss
+        if self.hparams.label_smoothing:
             loss = F.cross_entropy(output.logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100,
-                                   label_smoothing=self.hparams.label_smoothing,
-                                   reduction="mean" if self.hparams.loss == "token_mean" else "sum")
-            if self.hparams.loss == "example_sum":
-                # Each token weighs the same in every batch, so a batch of long targets (length buckets) moves the
-                # weights more than one of short targets, as their tokens would in mixed batches.
-                loss = loss / len(batch["labels"])
+                                   label_smoothing=self.hparams.label_smoothing)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
