@@ -1,20 +1,23 @@
 """How fast the seq2seq backbone trains and decodes here, and what share of the machine's matmul rate that is.
 
-    python benchmarks/seq2seq_speed.py                                    # T5 mini, scan_simple, the CPU recipe
+    python benchmarks/seq2seq_speed.py                                    # the CPU recipe on scan_simple
     python benchmarks/seq2seq_speed.py data=cfq_mcd1 --steps 20           # any run.py override
     python benchmarks/seq2seq_speed.py debug=smoke --out /tmp/speed.csv   # seconds (what the test runs)
+    python benchmarks/seq2seq_speed.py --checkpoint runs/seq2seq-baseline/scan_simple/seed1/checkpoints/best.ckpt
 
-Three measurements, on the run's data and model settings (``experiment=seq2seq_scratch_cpu`` unless overridden):
+Measured on the run's data and model settings (``experiment=seq2seq_scratch_cpu`` unless overridden):
 
-* ``matmul``: the machine's fp32 matmul rate, ``torch.mm`` of two square matrices at torch's thread count, the
-  best of a few repetitions: the ceiling the other rows are a share of.
+* ``matmul_gflops`` (a column of every row): the machine's fp32 matmul rate, ``torch.mm`` of two square matrices at
+  torch's thread count, the best of a few repetitions: the ceiling the other numbers are a share of.
 * ``train``: optimiser steps (forward, backward, AdamW) on training batches, once length-bucketed and once at random
   (``data.bucket_by_length``), after a few warm-up steps.
-* ``decode``: greedy decoding (``Seq2Seq.parse``) of the validation examples.
+* ``decode``: greedy decoding (``Seq2Seq.parse``) of the validation examples. Decoding stops at </s>, so it is
+  measured best on a trained checkpoint (``--checkpoint``); untrained weights decode to the length limit.
 
 Floating-point operations are counted by ``torch.utils.flop_counter`` on the same batches (matmuls and attention:
-the work that costs), so ``flops_share`` is the achieved FLOP/s over the measured matmul FLOP/s. Each row replaces
-the earlier row of the same (phase, data, backbone, batch, bucketing, threads, hardware) in ``results/seq2seq_speed.csv``.
+the work that costs), so ``flops_share`` is the achieved FLOP/s over the measured matmul FLOP/s (padding positions
+count as work done). Each row replaces the earlier row of the same (phase, data, backbone, weights, batch, bucketing, threads, hardware)
+in ``results/seq2seq_speed.csv``.
 """
 from __future__ import annotations
 
@@ -31,13 +34,14 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from zoo.parser import Parser  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.train import hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
-KEY = ("phase", "data", "backbone", "batch_size", "bucketed", "threads", "hardware")
+KEY = ("phase", "data", "backbone", "weights", "batch_size", "bucketed", "threads", "hardware")
 
 
 def matmul_flops_per_s(size: int = 1024, repeats: int = 5) -> float:
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=40, help="timed training steps per batching")
     parser.add_argument("--warmup", type=int, default=5, help="untimed training steps first")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "seq2seq_speed.csv")
+    parser.add_argument("--checkpoint", type=Path, help="a trained seq2seq checkpoint to measure instead of fresh "
+                        "weights (an untrained decoder runs every output to the length limit)")
     args, overrides = parser.parse_known_args(argv)
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides])
@@ -110,13 +116,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         sys.exit(f"error: model={cfg.model.name}: this benchmark measures the seq2seq backbone")
     torch.manual_seed(cfg.seed)
     datamodule = prepared_data(cfg)
-    params, featurizer = model_settings(cfg)
-    model = get_model("seq2seq").build(datamodule.train, get_dataset(cfg.data.name).formalism,
-                                       featurizer=featurizer, **params)
+    if args.checkpoint:
+        model = Parser.load(str(args.checkpoint))
+    else:
+        params, featurizer = model_settings(cfg)
+        model = get_model("seq2seq").build(datamodule.train, get_dataset(cfg.data.name).formalism,
+                                           featurizer=featurizer, **params)
     datamodule.attach(model.featurizer)
 
     peak = matmul_flops_per_s()
-    common = {"data": cfg.data.name, "backbone": model.backbone, "params": sum(p.numel() for p in model.parameters()),
+    common = {"data": cfg.data.name, "backbone": model.backbone, "weights": str(args.checkpoint or "untrained"),
+              "params": sum(p.numel() for p in model.parameters()),
               "threads": torch.get_num_threads(),
               "hardware": hardware_string(),
               "matmul_gflops": round(peak / 1e9, 2)}
