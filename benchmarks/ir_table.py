@@ -4,8 +4,9 @@
 
 One table per backbone and protocol (the experiment config that fixed the budget, e.g. ``seq2seq_ir_gpu``). Rows
 are datasets, columns the pipelines (``baseline`` is ``ir=none``); a cell is the test exact match in percent,
-averaged over seeds ± their standard deviation, with the number of seeds, a mark for runs that had not converged, the training minutes (all stages of a pipeline; shared stages counted
-in each pipeline that uses them) and the training examples per second. A run on subsamples
+averaged over seeds ± their standard deviation, with the number of seeds, a mark for runs that had not converged,
+the training minutes (all stages of a pipeline; shared stages counted in each pipeline that uses them) and the
+training examples per second. A run on subsamples
 (variant ``rir-train20000-eval2000``) is a row of its own, ``cfq_mcd1 (train20000-eval2000)``.
 """
 from __future__ import annotations

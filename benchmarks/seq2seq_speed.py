@@ -16,8 +16,8 @@ Measured on the run's data and model settings (``experiment=seq2seq_scratch_cpu`
 
 Floating-point operations are counted by ``torch.utils.flop_counter`` on the same batches (matmuls and attention:
 the work that costs), so ``flops_share`` is the achieved FLOP/s over the measured matmul FLOP/s (padding positions
-count as work done). Each row replaces the earlier row of the same (phase, data, backbone, weights, batch, bucketing, threads, hardware)
-in ``results/seq2seq_speed.csv``.
+count as work done). Each row replaces the earlier row of the same (phase, data, backbone, weights, batch,
+bucketing, threads, hardware) in ``results/seq2seq_speed.csv``.
 """
 from __future__ import annotations
 

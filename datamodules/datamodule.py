@@ -178,8 +178,8 @@ class ParsingDataModule(L.LightningDataModule):
     def __init__(self, name: str, root: str | None = None, val_fraction: float = 0.1, val_seed: int = 0,
                  train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
                  limit_eval: int | None = None, val_subset: int | None = None, bucket_by_length: bool = True,
-                 bucket_pool_batches: int = 8, batch_size: int = 64, eval_batch_size: int | None = None, num_workers: int = 0,
-                 download: bool = False, seed: int = 0):
+                 bucket_pool_batches: int = 8, batch_size: int = 64, eval_batch_size: int | None = None,
+                 num_workers: int = 0, download: bool = False, seed: int = 0):
         super().__init__()
         self.save_hyperparameters()
         self.name = name

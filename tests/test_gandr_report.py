@@ -32,7 +32,8 @@ def test_report_tables_and_alpha_plot(tmp_path):
         "\n".join(json.dumps(p) for p in predictions) + "\n")
 
     write_csv(tmp_path / "runs.csv", [
-        run("baseline", 0.5), run("input_tfidf-k4", 0.6), run("gandr-k4-a0.5", 0.7), {**run("gandr-k4-a0.5", 0.8, 2), "converged": "False"},
+        run("baseline", 0.5), run("input_tfidf-k4", 0.6), run("gandr-k4-a0.5", 0.7),
+        {**run("gandr-k4-a0.5", 0.8, 2), "converged": "False"},
         run("gandr-k4-a0", 0.65), run("gandr-k4-a1", 0.55), run("rir", 0.9),
         run("gandr-k4-a0.5-sample1000", 0.3, data="atis_sql_iid"),
         {**run("baseline", 0.4, data="scan_simple"), "protocol": "other"}])  # no retrieval run under this protocol

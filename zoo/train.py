@@ -285,7 +285,8 @@ def _git_commit() -> str:
 
 def hardware_string(trainer: L.Trainer | None = None) -> str:
     """The GPU a trainer runs on, else this machine's CPU and torch's thread count."""
-    if trainer is not None and trainer.accelerator.__class__.__name__.lower().startswith("cuda") and torch.cuda.is_available():
+    on_cuda = trainer is not None and trainer.accelerator.__class__.__name__.lower().startswith("cuda")
+    if on_cuda and torch.cuda.is_available():
         return f"{trainer.num_devices}x {torch.cuda.get_device_name(0)}"
     cpu = platform.processor() or platform.machine()
     try:
