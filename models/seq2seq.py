@@ -1,8 +1,11 @@
 """Seq2seq baseline: an encoder-decoder over word-level program tokens, the backbone of the IR pipelines.
 
 The baseline of every paper in the zoo (Herzig et al. 2021 §4 trains T5 on programs and on intermediate
-representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2seq). Two networks:
+representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2seq). Three networks:
 
+* ``bart`` (Lewis et al. 2020), the from-scratch default: built at a preset's sizes with random initialisation.
+  It has learned absolute positions; T5's relative position biases only reweight attention, and T5 mini from
+  scratch could not learn to count SCAN's runs of repeated actions (README, "seq2seq from scratch").
 * ``t5`` (Raffel et al. 2020): built from a preset with random initialisation, or loaded from a pretrained T5 (a
   local directory or a hub name) together with its tokenizer.
 * ``bert2bert_minilm``: an encoder-decoder warm-started from MiniLM (Rothe et al. 2020's BERT2BERT recipe; the
