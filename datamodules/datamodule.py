@@ -117,7 +117,8 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
 
 
 def fixed_subset(examples: list[Example], size: int | None, seed: int) -> list[Example]:
-    """``size`` examples drawn by ``seed`` alone, in their source order: the same subset for every run and model."""
+    """``size`` examples drawn by ``seed`` alone, in their source order: the same subset for every run and model
+    (a fixed validation subset, a low-resource training sample); all of them when ``size`` is None or too large."""
     if size is None or size >= len(examples):
         return examples
     chosen = set(random.Random(seed).sample(range(len(examples)), size))
@@ -247,12 +248,10 @@ class ParsingDataModule(L.LightningDataModule):
             train, val = hold_out(train, self.val_fraction, self.val_seed)
             self.val_held_out = True
         test = list(splits["test"])
-        if self.train_limit is not None:
-            if self.train_limit > len(train):
-                raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
-                                      "training examples: drop train_limit to use them all")
-            chosen = set(random.Random(self.train_limit_seed).sample(range(len(train)), self.train_limit))
-            train = [e for i, e in enumerate(train) if i in chosen]
+        if self.train_limit is not None and self.train_limit > len(train):
+            raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
+                                  "training examples: drop train_limit to use them all")
+        train = fixed_subset(train, self.train_limit, self.train_limit_seed)
         if self.limit_train is not None:
             train = train[: self.limit_train]
         if self.limit_eval is not None:
