@@ -176,3 +176,28 @@ def test_run_row_carries_the_validation_curve_verdict(tmp_path):
     row = run(cfg, tmp_path / "run")
     # validations at steps 2, 4, 6, 8: the late gain is the best of all over the best of steps 2 and 4
     assert row["val_late_gain"] >= 0 and row["converged"] == (row["val_late_gain"] < 0.01)
+
+
+def test_stop_when_converged_stops_at_the_first_converged_validation():
+    from types import SimpleNamespace
+
+    from zoo.train import ValidationCurve
+
+    curve = ValidationCurve("val/exact_match", stop_when_converged=True)
+    trainer = SimpleNamespace(sanity_checking=False, should_stop=False, global_step=0, callback_metrics={})
+    for step, value in [(1000, 0.5), (2000, 0.9), (3000, 0.95), (4000, 0.955), (5000, 0.958)]:
+        trainer.global_step, trainer.callback_metrics = step, {"val/exact_match": torch.tensor(value)}
+        curve.on_validation_end(trainer, None)
+        # at 4,000 steps the best of steps <= 2,800 is 0.9: still rising by 5.5 points; at 5,000 (cut 3,500), 0.8
+        assert trainer.should_stop == (step == 5000)
+    assert not ValidationCurve("val/exact_match").stop_when_converged  # off unless asked
+
+
+def test_stop_when_converged_trains_at_least_min_steps(tmp_path):
+    cfg = smoke(tmp_path, "model=seq2seq", "data=scan_simple", "stop_when_converged=true",
+                "trainer.max_steps=40", "+trainer.min_steps=10", "+trainer.val_check_interval=2",
+                "trainer.check_val_every_n_epoch=null", "trainer.max_epochs=-1")
+    row = run(cfg, tmp_path / "run")
+    assert 10 <= row["global_steps"] <= 40
+    if row["global_steps"] < 40:  # it stopped early only because it had converged
+        assert row["converged"] is True

@@ -39,10 +39,12 @@ def prepared_data(cfg: DictConfig):
 
 def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict[str, Any] | None = None) -> Path:
     """``root/<data>/seed<seed>/<name>-<hash>``, the hash over the model, data and trainer configs (not the run's
-    variant), the seed and the method's ``settings`` for this stage."""
+    variant), the seed, ``stop_when_converged`` where set and the method's ``settings`` for this stage."""
     hashed = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
     hashed["model"].pop("variant", None)
     hashed["seed"] = cfg.seed
+    if cfg.get("stop_when_converged"):  # (only where set, so the directories of earlier stages keep their names)
+        hashed["stop_when_converged"] = True
     if settings:
         hashed["stage"] = settings
     digest = hashlib.sha1(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:10]

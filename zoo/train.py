@@ -75,15 +75,21 @@ class Throughput(Callback):
 
 class ValidationCurve(Callback):
     """The monitored validation metric after each validation, as ``(global step, value)``; kept in checkpoints, so
-    a resumed run's curve is whole. ``late_gain`` reads convergence off it."""
+    a resumed run's curve is whole. ``late_gain`` reads convergence off it. With ``stop_when_converged`` training
+    ends at the first validation where the run counts as converged (not before the trainer's ``min_steps``):
+    ``max_steps`` becomes a cap, and a run that plateaus early spends no more time."""
 
-    def __init__(self, monitor: str):
-        self.monitor, self.points = monitor, []
+    def __init__(self, monitor: str, stop_when_converged: bool = False):
+        self.monitor, self.stop_when_converged, self.points = monitor, stop_when_converged, []
 
     def on_validation_end(self, trainer, module):
         value = trainer.callback_metrics.get(self.monitor)
-        if value is not None and not trainer.sanity_checking:
-            self.points.append((trainer.global_step, float(value)))
+        if value is None or trainer.sanity_checking:
+            return
+        self.points.append((trainer.global_step, float(value)))
+        gain = late_gain(self.points, trainer.global_step)
+        if self.stop_when_converged and gain is not None and gain < CONVERGED_GAIN:
+            trainer.should_stop = True  # Lightning keeps training until min_steps regardless
 
     def state_dict(self) -> dict[str, Any]:
         return {"points": self.points}
@@ -172,7 +178,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
                            enable_version_counter=False)
     last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
                            every_n_train_steps=cfg.checkpoint_every_n_steps)
-    throughput, curve = Throughput(), ValidationCurve(monitor)
+    throughput, curve = Throughput(), ValidationCurve(monitor, cfg.get("stop_when_converged", False))
     extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, curve, *extra_callbacks],
