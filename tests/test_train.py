@@ -207,7 +207,7 @@ def test_a_stage_with_its_own_budget_has_no_larger_minimum(tmp_path):
     """GandR's second stage trains its own ``continue_steps``: the recipe's trainer.min_steps must not outlast it."""
     from zoo.stages import stage_config
 
-    cfg = compose_run("experiment=seq2seq_scratch_cpu")
+    cfg = compose_run("experiment=seq2seq_grid_cpu")
     assert cfg.stop_when_converged and cfg.trainer.min_steps == 2000 and cfg.trainer.max_steps == 6000
     assert stage_config(cfg, "short", tmp_path / "short", max_steps=500).trainer.min_steps == 500
     assert stage_config(cfg, "long", tmp_path / "long").trainer.min_steps == 2000
