@@ -183,13 +183,24 @@ def test_stop_when_converged_stops_at_the_first_converged_validation():
 
     from zoo.train import ValidationCurve
 
+    def validate(curve, trainer, points):
+        for step, value in points:
+            trainer.global_step, trainer.callback_metrics = step, {"val/exact_match": torch.tensor(value)}
+            curve.on_validation_end(trainer, None)
+            yield step, trainer.should_stop
+
     curve = ValidationCurve("val/exact_match", stop_when_converged=True)
-    trainer = SimpleNamespace(sanity_checking=False, should_stop=False, global_step=0, callback_metrics={})
-    for step, value in [(1000, 0.5), (2000, 0.9), (3000, 0.95), (4000, 0.955), (5000, 0.958)]:
-        trainer.global_step, trainer.callback_metrics = step, {"val/exact_match": torch.tensor(value)}
-        curve.on_validation_end(trainer, None)
-        # at 4,000 steps the best of steps <= 2,800 is 0.9: still rising by 5.5 points; at 5,000 (cut 3,500), 0.8
-        assert trainer.should_stop == (step == 5000)
+    trainer = SimpleNamespace(sanity_checking=False, should_stop=False, global_step=0, callback_metrics={},
+                              min_steps=None)
+    rising_then_flat = [(1000, 0.5), (2000, 0.9), (3000, 0.95), (4000, 0.955), (5000, 0.958)]
+    # at 4,000 steps the best of steps <= 2,800 is 0.9: still rising by 5.5 points; at 5,000 (cut 3,500), 0.8
+    assert [stop for _, stop in validate(curve, trainer, rising_then_flat)] == [False] * 4 + [True]
+
+    # flat before min_steps (no gain from step 500 to 1,000) is no reason to stop once min_steps are reached
+    curve = ValidationCurve("val/exact_match", stop_when_converged=True)
+    trainer.should_stop, trainer.min_steps = False, 2000
+    early_flat = [(500, 0.1), (1000, 0.1), (1500, 0.3), (2000, 0.6)]
+    assert [stop for _, stop in validate(curve, trainer, early_flat)] == [False] * 4
     assert not ValidationCurve("val/exact_match").stop_when_converged  # off unless asked
 
 

@@ -87,9 +87,11 @@ class ValidationCurve(Callback):
         if value is None or trainer.sanity_checking:
             return
         self.points.append((trainer.global_step, float(value)))
+        if not self.stop_when_converged or trainer.global_step < (trainer.min_steps or 0):
+            return  # (a stop asked for earlier would stand once min_steps are reached, however the curve went on)
         gain = late_gain(self.points, trainer.global_step)
-        if self.stop_when_converged and gain is not None and gain < CONVERGED_GAIN:
-            trainer.should_stop = True  # Lightning keeps training until min_steps regardless
+        if gain is not None and gain < CONVERGED_GAIN:
+            trainer.should_stop = True
 
     def state_dict(self) -> dict[str, Any]:
         return {"points": self.points}
