@@ -14,8 +14,8 @@ Stages are shared through ``ir_stages_dir`` (zoo/ir/pipeline.py): ``none``, ``ri
 ``lir_d+rir`` of its dataset and model succeeded: it finds both of its stages trained and only chains them over the
 test set. GandR's first run trains stage 1 and the fold models, which ``retrieval=input`` also needs and the other
 alphas share: the other alphas start after it. Jobs start in the order given (``--seeds`` outer, then datasets,
-then models). At the deadline, running jobs are stopped (they leave no results row and resume with
-``ckpt_path=last``) and the rest are skipped. Each job logs to ``logs/ir_grid/``; every finished
+then models). At the deadline, running jobs are stopped (they leave no results row) and the rest are skipped; the
+same command with ``--resume`` later skips the runs that finished and resumes the interrupted ones. Each job logs to ``logs/ir_grid/``; every finished
 pipeline appends its row to the results file as any run does.
 """
 from __future__ import annotations
@@ -123,13 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="each seed's grid, one after the other")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--deadline-s", type=float, default=float("inf"), help="stop everything after this long")
+    parser.add_argument("--resume", action="store_true",
+                        help="launch the grid again: finished runs are skipped, interrupted ones resume (resume=true)")
     parser.add_argument("overrides", nargs="*", help="passed to every run (after --): experiment=seq2seq_ir_gpu")
     args = parser.parse_args(argv)
 
     log_dir = REPO / "logs" / "ir_grid"
     log_dir.mkdir(parents=True, exist_ok=True)
     jobs = [job for seed in args.seeds
-            for job in grid_jobs(args.data, args.models, seed, args.overrides, args.grid, args.alphas)]
+            for job in grid_jobs(args.data, args.models, seed, args.overrides + ["resume=true"] * args.resume,
+                                 args.grid, args.alphas)]
     outcome = run_jobs(jobs, args.workers, time.time() + args.deadline_s, log_dir)
     print("\n".join(f"{outcome[job.name]:45s} {job.name}" for job in jobs))
     return 0 if all(result == "ok" for result in outcome.values()) else 1

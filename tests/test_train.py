@@ -86,6 +86,21 @@ def test_interrupted_run_leaves_no_row_and_resumes(tmp_path):
     assert row["resumed"] is False and row["global_steps"] == 6
 
 
+def test_resume_true_starts_resumes_or_skips_a_finished_run(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = ["trainer.max_steps=6", "data.limit_train=64", "checkpoint_every_n_steps=2", "resume=true",
+                 "protocol=p1"]
+    with pytest.raises(RuntimeError, match="simulated crash"):  # nothing to resume: it starts
+        run(smoke(tmp_path, *overrides, "+callbacks.crash._target_=test_train.CrashAfterSteps",
+                  "+callbacks.crash.steps=4"), run_dir)
+    row = run(smoke(tmp_path, *overrides), run_dir)  # interrupted: it resumes
+    assert row["resumed"] is True and row["global_steps"] == 6
+    again = run(smoke(tmp_path, *overrides), run_dir)  # finished under this protocol: nothing runs
+    assert again["time"] == row["time"] and len(read_rows(tmp_path / "runs.csv")) == 1
+    run(smoke(tmp_path, *overrides[:-1], "protocol=p2", "overwrite=true"), run_dir)  # another protocol runs
+    assert [r["protocol"] for r in read_rows(tmp_path / "runs.csv")] == ["p1", "p2"]
+
+
 def test_test_only_retests_the_best_checkpoint_without_training(tmp_path):
     trained = run(smoke(tmp_path, "checkpoint_every_n_steps=3"), tmp_path / "run")
     last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)

@@ -25,7 +25,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.registry import get_dataset, get_model
-from zoo.results import append_row, write_jsonl
+from zoo.results import append_row, read_rows, write_jsonl
 from zoo.stages import Rewrite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +125,11 @@ def convergence_columns(points: list[tuple[int, float]], last_step: int) -> dict
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
     ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
+    if cfg.get("resume"):
+        finished = finished_row(cfg, Path(run_dir))
+        if finished is not None:
+            log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, finished["time"])
+            return finished
     retrieval = cfg.get("retrieval", {}).get("name", "none")
     if retrieval != "none":
         from zoo.retrieval import run_retrieval
@@ -254,11 +259,32 @@ def run_variant(cfg: DictConfig) -> str:
 def record(cfg: DictConfig, run_dir: Path, row: dict[str, Any]) -> None:
     """Append ``row``, with the free-form columns the config sets (``note``, ``protocol``), to the results file."""
     row.update({key: str(cfg[key]) for key in ("note", "protocol") if cfg.get(key)})
+    append_row(results_path(cfg, run_dir), row)
+
+
+def results_path(cfg: DictConfig, run_dir: Path) -> Path:
     results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
-    append_row(results_file if results_file.is_absolute() else REPO_ROOT / results_file, row)
+    return results_file if results_file.is_absolute() else REPO_ROOT / results_file
+
+
+def finished_row(cfg: DictConfig, run_dir: Path) -> dict[str, str] | None:
+    """The results row of a run that already finished in ``run_dir`` under this config's ``protocol``, if any."""
+    results_file = results_path(cfg, run_dir)
+    if not results_file.exists():
+        return None
+    rows = [row for row in read_rows(results_file) if Path(row["run_dir"]).resolve() == run_dir.resolve()
+            and row.get("protocol", "") == str(cfg.get("protocol") or "")]
+    return rows[-1] if rows else None
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
+    if cfg.get("resume") and not cfg.overwrite and cfg.ckpt_path in (None, "last"):
+        last = checkpoint_dir / "last.ckpt"
+        if last.is_file():
+            return str(last)
+        for stale in checkpoint_dir.glob("*.ckpt"):  # a best.ckpt without a last.ckpt: a start killed early
+            stale.unlink()
+        return None
     if cfg.ckpt_path is None:
         earlier = sorted(checkpoint_dir.glob("*.ckpt"))
         if earlier and not cfg.overwrite:
