@@ -8,10 +8,12 @@ tensor over the *gold* query's entities and variables. The relation vocabulary o
 nationality constants. The variables appended to the question are the gold query's. So the paper's 97.9 on MCD1
 measures the edges between entities and variables, and nothing else.
 
-This script reports that view of our predictions: a question counts as right when its set of
-(subject, relation, object) triples whose subject and object are both anonymised entities (``M0``) or variables
-(``?x0``) equals the gold's. It is a comparison aid, not a replacement. Our headline stays the full-query exact match.
-An unparsable prediction counts as wrong.
+This script reports two such views of our predictions: edge exact match, where a question counts as right when its
+set of (subject, relation, object) triples whose subject and object are both anonymised entities (``M0``) or
+variables (``?x0``) equals the gold's; and ``emr`` itself (``zoo.formalisms.sparql.emr_view``: the same, less
+forward gender and nationality, with coordinated entities one node), which runs since then also record as
+``test_emr``. They are comparison aids, not replacements. Our headline stays the full-query exact match. An
+unparsable prediction counts as wrong.
 
     python benchmarks/cfq_edge_match.py                  # every CFQ run of results/runs.csv with its predictions
     python benchmarks/cfq_edge_match.py --model ggd --data cfq_mcd1
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
+from zoo.formalisms.sparql import emr_view  # noqa: E402
 from zoo.results import read_rows, write_rows  # noqa: E402
 
 NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
@@ -47,24 +50,35 @@ def edges(program: str) -> frozenset[tuple[str, str, str]] | None:
                      if NODE.fullmatch(t.subject) and NODE.fullmatch(t.object))
 
 
+def emr(program: str, utterance: str) -> frozenset[tuple[str, str, str]] | None:
+    """The reference implementation's view of a CFQ query; None when it does not parse."""
+    try:
+        return emr_view(get_formalism("cfq_sparql").parse(program), utterance)
+    except FormalismError:
+        return None
+
+
 def rescore(predictions: Path) -> dict[str, float | int]:
-    """Exact match and edge exact match (fractions) over one ``predictions.jsonl``."""
-    n = exact = edge = 0
+    """Exact match, edge exact match and emr (fractions) over one ``predictions.jsonl``."""
+    n = exact = edge = emr_correct = 0
     with predictions.open(encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, 1):
             try:
                 record = json.loads(line)
                 gold, prediction, correct = record["gold"], record["prediction"], record["correct"]
+                utterance = record["utterance"]
             except (json.JSONDecodeError, KeyError) as e:
-                raise ValueError(f"{predictions}:{line_number}: expected a JSON object with gold, prediction and "
-                                 f"correct ({e})") from None
+                raise ValueError(f"{predictions}:{line_number}: expected a JSON object with utterance, gold, "
+                                 f"prediction and correct ({e})") from None
             n += 1
             exact += bool(correct)
             predicted = edges(prediction)
             edge += predicted is not None and predicted == edges(gold)
+            predicted = emr(prediction, utterance)
+            emr_correct += predicted is not None and predicted == emr(gold, utterance)
     if n == 0:
         raise ValueError(f"{predictions}: no predictions")
-    return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n}
+    return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n, "test_emr": emr_correct / n}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         out.update({key: round(value, 6) if isinstance(value, float) else value for key, value in scores.items()})
         table.append(out)
         print(f"{row['model']:>6} {row['variant']:>13} {row['data']:>17} seed {row['seed']}: exact match "
-              f"{100 * scores['test_exact_match']:.2f}, edge exact match {100 * scores['test_edge_exact_match']:.2f}")
+              f"{100 * scores['test_exact_match']:.2f}, edge exact match {100 * scores['test_edge_exact_match']:.2f}, "
+              f"emr {100 * scores['test_emr']:.2f}")
     if table:
         write_rows(args.out, table)
         print(f"wrote {len(table)} rows to {args.out}")

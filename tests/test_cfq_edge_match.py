@@ -38,12 +38,12 @@ def test_rescore_counts_by_hand(tmp_path):
     write_predictions(predictions, [(GOLD, GOLD), (GOLD, wrong_but_same_edges), (GOLD, missing_edge),
                                     (GOLD, "<unprintable>")])
     assert cfq_edge_match.rescore(predictions) == {"n_test": 4, "test_exact_match": 0.25,
-                                                   "test_edge_exact_match": 0.5}
+                                                   "test_edge_exact_match": 0.5, "test_emr": 0.5}
 
 
 def test_rescore_names_the_bad_line(tmp_path):
     predictions = tmp_path / "predictions.jsonl"
-    predictions.write_text(json.dumps({"gold": GOLD, "prediction": GOLD, "correct": True}) + "\n{not json\n")
+    predictions.write_text(json.dumps({"utterance": "q", "gold": GOLD, "prediction": GOLD, "correct": True}) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"predictions.jsonl:2"):
         cfq_edge_match.rescore(predictions)
 

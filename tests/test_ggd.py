@@ -192,6 +192,30 @@ def test_featurizer_round_trip_on_every_mcd1_dev_query():
         assert SPARQL.canonical(_round_trip(featurizer, example)) == SPARQL.canonical(example.program), example.meta
 
 
+def test_gold_variables_hand_the_model_exactly_the_gold_querys_variables():
+    """The GGD authors' protocol: with variables="gold" the candidate nodes are the question's entities and the
+    gold query's variables, no other variable slot."""
+    two_variables = Example("Who directed a film edited by M0", "SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 "
+                            ". ?x1 film.film.edited_by M0 }", {"index": 3})
+    examples = [*EXAMPLES, two_variables]
+    every, gold = (GGDFeaturizer(grouping=False, encoder_input="words", variables=v).fit(examples)
+                   for v in ("all", "gold"))
+    assert every.n_variables == gold.n_variables == 2
+    model = GroundedGraphDecoder(gold, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=8)
+    for example, expected in zip(examples, (["?x0"], [], [], ["?x0", "?x1"])):
+        batch = gold.collate([gold.encode(example)])
+        present = batch["incidence"][0].sum(-1) > 0
+        names = [name for name, here in zip(gold.node_names(), present.tolist()) if here]
+        assert [n for n in names if n.startswith("?x")] == expected
+        candidates = model(batch)["edge_candidates"][0]  # [N, N, R]: no edge touches an absent node
+        assert not candidates[~present].any() and not candidates[:, ~present].any()
+        all_present = every.collate([every.encode(example)])["incidence"][0].sum(-1) > 0
+        assert all_present[every.n_entities:].all()  # the default: every slot is a candidate
+    assert GGDFeaturizer.from_state_dict(gold.state_dict()).variables == "gold"
+    with pytest.raises(ValueError, match="variables"):
+        GGDFeaturizer(variables="predicted")
+
+
 def test_checkpointed_featurizer_restores_everything():
     featurizer = GGDFeaturizer(grouping=True, dependencies=True).fit(EXAMPLES)
     restored = GGDFeaturizer.from_state_dict(featurizer.state_dict())
@@ -217,3 +241,11 @@ def test_smoke_run_on_cfq_mcd1(tmp_path):
     row = run(cfg, tmp_path / "run")
     assert row["model"] == "ggd" and row["variant"] == "ggd-train32-eval8" and 0.0 <= row["test_exact_match"] <= 1.0
     assert (tmp_path / "run" / "predictions.jsonl").read_text().count("\n") == row["n_test"]
+
+
+@needs_mirror
+def test_smoke_run_under_the_authors_protocol_reports_emr(tmp_path):
+    cfg = compose_run("experiment=ggd_cfq_authors_protocol", "debug=smoke", f"results_file={tmp_path / 'runs.csv'}")
+    row = run(cfg, tmp_path / "run")
+    assert row["variant"] == "ggd-gold_variables-train32-eval8" and row["protocol"] == "ggd_authors_emr"
+    assert row["best_val_metric"] == "val/emr" and row["test_exact_match"] <= row["test_emr"] <= 1.0

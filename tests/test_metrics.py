@@ -123,3 +123,44 @@ def test_formalisms_without_a_world_report_no_denotation():
     metric = DenotationAccuracy()
     metric.update(scores)
     assert metric.total.item() == 0
+
+
+def test_cfq_emr_is_the_ggd_authors_relation_match_hand_computed():
+    """emr (Gai et al.'s reference implementation) sees relations between entities and variables only: a query that
+    differs in a type, a filter, a forward gender or nationality, or the query type matches under emr and not under
+    exact match; a missing relation misses both; an unparsable prediction is wrong under both."""
+    from zoo.metrics import EdgeMatchRate
+
+    question = "Did M0 direct a male film editor"
+    gold = ("SELECT count ( * ) WHERE { ?x0 a film.editor . ?x0 people.person.gender m_05zppz . "
+            "M0 film.director.film ?x0 . FILTER ( M0 != ?x0 ) }")
+    predictions = [
+        gold,
+        gold.replace("?x0 a film.editor . ", ""),  # a type left out
+        gold.replace(" . FILTER ( M0 != ?x0 )", ""),  # a filter left out
+        gold.replace("?x0 people.person.gender m_05zppz", "?x0 people.person.gender m_02zsn"),  # the other gender
+        gold.replace("SELECT count ( * )", "SELECT DISTINCT ?x0"),  # the query type
+        gold.replace("film.director.film", "film.producer.film"),  # a relation: wrong under both
+        "SELECT count ( * ) WHERE { M0 film.director.film",  # unparsable
+    ]
+    scores = Scorer(get_formalism("cfq_sparql")).score_batch(predictions, [Example(question, gold, {})] * 7)
+    assert [s.exact_match for s in scores] == [True, False, False, False, False, False, False]
+    assert [s.emr for s in scores] == [True, True, True, True, True, False, False]
+    assert scores[0].fields() == {"correct": True, "emr_correct": True}
+    metric = EdgeMatchRate()
+    metric.update(scores)
+    assert metric.compute().item() == pytest.approx(5 / 7)
+    assert Scorer(get_formalism("funql")).score("answer(state(all))", Example("q", "answer(state(all))", {})).emr \
+        is None  # only CFQ has the view
+
+
+def test_cfq_emr_merges_coordinated_entities_into_one_node():
+    from zoo.formalisms.sparql import coordinated_entities
+
+    assert coordinated_entities("Did M1 , M2 , and M3 marry M0 and M4 or M5") == {
+        "M1": "M1", "M2": "M1", "M3": "M1", "M0": "M0", "M4": "M0"}
+    question = "Was M0 edited by M1 and M2"
+    gold = "SELECT count ( * ) WHERE { M0 film.film.edited_by M1 . M0 film.film.edited_by M2 }"
+    half = "SELECT count ( * ) WHERE { M0 film.film.edited_by M1 }"  # one of the group: the group's relation holds
+    [score] = Scorer(get_formalism("cfq_sparql")).score_batch([half], [Example(question, gold, {})])
+    assert score.emr and not score.exact_match

@@ -1,12 +1,13 @@
 """Metrics shared by every model: per-example scoring through the formalism, then torchmetrics counters.
 
 Scoring (``Scorer``) is where programs are canonicalised and executed, once per prediction; the metrics
-(``ExactMatch``, ``DenotationAccuracy``) only count the flags of ``ExampleScore`` objects. Their state is two
+(``ExactMatch``, ``DenotationAccuracy``, CFQ's ``EdgeMatchRate``) only count the flags of ``ExampleScore`` objects. Their state is two
 sum-reduced counters, so one process and several (DDP) report the same number. An unparsable or failing prediction
 is scored wrong, never raised, and the reason is kept in ``ExampleScore.error`` for the predictions file.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -23,6 +24,7 @@ class ExampleScore:
     exact_match: bool
     denotation: bool | None = None  # None when the formalism or dataset has nothing to execute against
     error: str | None = None  # why the prediction could not be canonicalised or executed
+    emr: bool | None = None  # CFQ: the GGD authors' relation-tensor match (``sparql.emr_view``); None elsewhere
 
     def fields(self) -> dict[str, Any]:
         """This score's fields of a predictions.jsonl row: ``correct``, and ``denotation_correct`` and ``error``
@@ -30,6 +32,8 @@ class ExampleScore:
         row: dict[str, Any] = {"correct": self.exact_match}
         if self.denotation is not None:
             row["denotation_correct"] = self.denotation
+        if self.emr is not None:
+            row["emr_correct"] = self.emr
         if self.error is not None:
             row["error"] = self.error
         return row
@@ -47,6 +51,7 @@ class Scorer:
         self.world = world
         self.executes = formalism.executable and (world is not None or not formalism.needs_world)
         self._gold_canonical: dict[str, str] = {}
+        self._gold_emr: dict[tuple[str, str], frozenset] = {}
         self._gold_denotation: dict[tuple[str, str], tuple[Any, str | None]] = {}
 
     def gold_canonical(self, program: str) -> str:
@@ -65,6 +70,23 @@ class Scorer:
         return self._gold_denotation[key]
 
     def score(self, prediction: str, example: Example) -> ExampleScore:
+        scored = self._score(prediction, example)
+        if not self.has_emr:
+            return scored
+        key = (example.program, example.utterance)
+        if key not in self._gold_emr:
+            self._gold_emr[key] = self.formalism.emr_view(*key)
+        try:
+            emr = self.formalism.emr_view(prediction, example.utterance) == self._gold_emr[key]
+        except FormalismError:
+            emr = False
+        return dataclasses.replace(scored, emr=emr)
+
+    @property
+    def has_emr(self) -> bool:
+        return hasattr(self.formalism, "emr_view")
+
+    def _score(self, prediction: str, example: Example) -> ExampleScore:
         try:
             canonical = self.formalism.canonical(prediction)
         except FormalismError as e:
@@ -124,3 +146,10 @@ class DenotationAccuracy(_ScoreRate):
     """Share of predictions that execute to the gold program's denotation (sets, multisets, action sequences)."""
 
     field = "denotation"
+
+
+class EdgeMatchRate(_ScoreRate):
+    """CFQ: share of predictions whose ``emr`` view (``zoo.formalisms.sparql.emr_view``) equals the gold's, the
+    number Gai et al.'s reference implementation reported. A protocol of its own, never the headline."""
+
+    field = "emr"

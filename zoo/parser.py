@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torchmetrics import MetricCollection
 
 from zoo.formalisms import get_formalism
-from zoo.metrics import DenotationAccuracy, ExactMatch, ExampleScore, Scorer
+from zoo.metrics import DenotationAccuracy, EdgeMatchRate, ExactMatch, ExampleScore, Scorer
 from zoo.types import Example
 
 
@@ -82,7 +82,8 @@ class Parser(L.LightningModule):
         self.attach_world(None)
 
     def attach_world(self, world: Any) -> None:
-        """Score against ``world`` (the dataset's database, or None); adds denotation accuracy where programs run.
+        """Score against ``world`` (the dataset's database, or None); adds denotation accuracy where programs run,
+        and on CFQ the GGD authors' ``emr`` (``zoo.metrics.EdgeMatchRate``).
 
         Called from ``setup`` with the datamodule's world, so any dataset whose formalism executes gets the metric.
         """
@@ -90,6 +91,9 @@ class Parser(L.LightningModule):
         if self.scorer.executes and "denotation" not in self.val_metrics:
             for metrics in (self.val_metrics, self.test_metrics):
                 metrics.add_metrics({"denotation": DenotationAccuracy()})
+        if self.scorer.has_emr and "emr" not in self.val_metrics:
+            for metrics in (self.val_metrics, self.test_metrics):
+                metrics.add_metrics({"emr": EdgeMatchRate()})
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)

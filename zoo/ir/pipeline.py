@@ -142,7 +142,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     scorer = Scorer(get_formalism(spec.formalism), datamodule.world)
     for row, example in zip(rows, datamodule.test):
         if "error" in row:  # the final IR did not invert
-            score = ExampleScore(False, False if scorer.executes else None, row["error"])
+            score = ExampleScore(False, False if scorer.executes else None, row["error"],
+                                 False if scorer.has_emr else None)
         else:
             score = scorer.score(row["prediction"], example)
         row.update(score.fields())
@@ -153,6 +154,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     row["test_exact_match"] = sum(r["correct"] for r in rows) / max(n_test, 1)
     if scorer.executes:
         row["test_denotation"] = sum(r.get("denotation_correct", False) for r in rows) / max(n_test, 1)
+    if scorer.has_emr:
+        row["test_emr"] = sum(r["emr_correct"] for r in rows) / max(n_test, 1)
     if len(stages) > 1:  # how often the first stage's output was right (the paper's 47.2 on z_l, §4.1)
         row["test_stage1_exact_match"] = stage1_correct / max(n_test, 1)
     row["best_val_metric"] = "val/exact_match (last stage, gold inputs)"
