@@ -3,7 +3,7 @@ Question Answering") for CFQ.
 
 A CFQ query is a conjunctive query graph (§3.1): its nodes are the anonymised entities of the question (``M0``..)
 and variables (``?x0``..), its edges the relations between them (FILTER inequalities are edges of the reserved
-relation ``!=``, ``zoo.formalisms.sparql``). Triples whose object is a constant (``?x0 a film.film``, ``?x0
+relation ``!=``, ``zoo.formalisms.sparql``, unless they are derived: see the departures below). Triples whose object is a constant (``?x0 a film.film``, ``?x0
 people.person.gender m_05zppz``) are *attributes* of their subject, one per (relation, constant) pair of training.
 The model
 
@@ -55,7 +55,9 @@ grounded word names; candidate triples are restricted to the (subject kind, rela
 seen in training, which removes triples the SPARQL grammar forbids; the decision threshold is chosen on dev;
 decoding leaves out the types that CFQ's queries leave out as implied by a chosen triple (``?x0 film.director.film
 M0`` implies ``?x0 a film.director``; ``GGDFeaturizer.implied_types``, read off the training queries), which the
-independent scores of §3.1 cannot know.
+independent scores of §3.1 cannot know; and ``FILTER ( s != o )`` is not an edge to learn but derived from each
+chosen edge s -> o of the relations that always come with it in training (``filter_relations``: spouse and sibling,
+on every CFQ split of the mirror without exception), unless ``derived_filters=False``.
 """
 from __future__ import annotations
 
@@ -94,13 +96,28 @@ def _is_node(term: str) -> bool:
     return bool(ENTITY.fullmatch(term) or VARIABLE.fullmatch(term))
 
 
-def _conjuncts(query: SparqlQuery) -> Iterator[tuple[str, str, str]]:
-    """(subject, relation, object) of every conjunct; a FILTER is (left, "!=", right)."""
+def _conjuncts(query: SparqlQuery, filters: bool = True) -> Iterator[tuple[str, str, str]]:
+    """(subject, relation, object) of every conjunct; a FILTER is (left, "!=", right), unless ``filters=False``."""
     for conjunct in query.conjuncts:
         if isinstance(conjunct, Triple):
             yield conjunct.subject, conjunct.relation, conjunct.object
-        else:
+        elif filters:
             yield conjunct.left, FILTER_RELATION, conjunct.right
+
+
+def filter_relations(queries: Sequence[SparqlQuery]) -> list[str] | None:
+    """The relations whose every edge s -> o comes with ``FILTER ( s != o )``, when the filters of every query are
+    exactly those of its edges of these relations; None when that does not hold (then filters must be learned).
+    On every CFQ split in the mirror they are the spouse and sibling relations."""
+    always = {t.relation for q in queries for t in q.triples if _is_node(t.object)}
+    for query in queries:
+        filters = {(f.left, f.right) for f in query.filters}
+        always -= {t.relation for t in query.triples if (t.subject, t.object) not in filters}
+    for query in queries:
+        if {(f.left, f.right) for f in query.filters} != {(t.subject, t.object) for t in query.triples
+                                                          if t.relation in always}:
+            return None
+    return sorted(always)
 
 
 def _domain(relation: str) -> str | None:
@@ -127,7 +144,8 @@ class GGDFeaturizer(Featurizer):
 
     def __init__(self, grouping: bool = True, encoder_input: str = "tags", multiword: bool = True,
                  dependencies: bool = False, tagger: str | None = None, entity_slots: int | None = None,
-                 comma_lists: bool = True, lexical_tags: bool = True, variables: str = "all"):
+                 comma_lists: bool = True, lexical_tags: bool = True, variables: str = "all",
+                 derived_filters: bool = True):
         if encoder_input not in ("tags", "words"):
             raise ValueError(f"encoder_input must be 'tags' or 'words', not {encoder_input!r}")
         if variables not in ("all", "gold"):
@@ -141,6 +159,10 @@ class GGDFeaturizer(Featurizer):
         # "all": every variable slot is a candidate node; "gold": only the gold query's variables, as the reference
         # implementation's preprocessing appended them to the question (the authors' protocol, never the headline)
         self.variables = variables
+        # derive FILTER ( s != o ) from the chosen edges of ``filter_relations`` at decoding instead of learning it as
+        # an edge, where training shows the rule without exception (it holds on every CFQ split in the mirror)
+        self.derived_filters = derived_filters
+        self.filter_relations: list[str] = []
         self.dependencies = dependencies
         self.tagger = tagger
         self.units: set[tuple[str, ...]] = set()  # the multiword units found in training
@@ -176,9 +198,14 @@ class GGDFeaturizer(Featurizer):
     def fit(self, examples: Sequence[Example], world: Any = None) -> "GGDFeaturizer":
         sparql = get_formalism("cfq_sparql")
         queries = [sparql.parse(e.program) for e in examples]
+        derived = filter_relations(queries) if self.derived_filters else None
+        if self.derived_filters and derived is None:
+            log.warning("derived_filters: the FILTERs of the training queries are not those of a set of relations; "
+                        "they are learned as edges")
+        self.filter_relations = derived or []
         entities, variables, relations, attributes = {0}, {0}, set(), set()
         for query in queries:
-            for subject, relation, obj in _conjuncts(query):
+            for subject, relation, obj in _conjuncts(query, filters=derived is None):
                 for term in (subject, obj):
                     if (match := ENTITY.fullmatch(term)):
                         entities.add(int(match.group(1)))
@@ -250,7 +277,7 @@ class GGDFeaturizer(Featurizer):
         names the first term, relation or attribute outside this featurizer's vocabulary."""
         attribute_ids = {a: i for i, a in enumerate(self.attributes)}
         edges, attributes = set(), set()
-        for subject, relation, obj in _conjuncts(query):
+        for subject, relation, obj in _conjuncts(query, filters=not self.filter_relations):
             if _is_node(obj):
                 edges.add((slot[subject], self.relations[relation], slot[obj]))
             else:
@@ -380,6 +407,7 @@ class GGDFeaturizer(Featurizer):
         relations = {i: r for r, i in self.relations.items()}
         conjuncts = [Filter(names[s], names[o]) if relations[r] == FILTER_RELATION
                      else Triple(names[s], relations[r], names[o]) for s, r, o in edges]
+        conjuncts += [Filter(names[s], names[o]) for s, r, o in edges if relations[r] in self.filter_relations]
         conjuncts += [Triple(names[s], self.attributes[a][0], self.attributes[a][1]) for s, a in attributes]
         return SparqlQuery("count" if count else "select", None if count else "?x0", tuple(conjuncts))
 
@@ -422,8 +450,8 @@ class GGDFeaturizer(Featurizer):
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
     _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists",
-                "lexical_tags", "variables")
-    _FITTED = ("words", "tags", "relations", "dependency_labels", "n_entities", "n_variables")
+                "lexical_tags", "variables", "derived_filters")
+    _FITTED = ("words", "tags", "relations", "dependency_labels", "n_entities", "n_variables", "filter_relations")
 
     def state_dict(self) -> dict[str, Any]:
         return {**{key: getattr(self, key) for key in self._OPTIONS + self._FITTED},
@@ -436,7 +464,8 @@ class GGDFeaturizer(Featurizer):
     def from_state_dict(cls, state: dict[str, Any]) -> "GGDFeaturizer":
         featurizer = cls(**{key: state[key] for key in cls._OPTIONS if key in state})  # older: option defaults
         for key in cls._FITTED:
-            setattr(featurizer, key, state[key])
+            if key in state:  # (an older checkpoint: learned filters)
+                setattr(featurizer, key, state[key])
         featurizer.units = set(map(tuple, state["units"]))
         featurizer.lexicon = {word: tuple(tags) for word, tags in state["lexicon"].items()}
         featurizer.attributes = [tuple(a) for a in state["attributes"]]

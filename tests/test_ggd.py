@@ -216,6 +216,29 @@ def test_gold_variables_hand_the_model_exactly_the_gold_querys_variables():
         GGDFeaturizer(variables="predicted")
 
 
+def test_filters_are_derived_from_the_relations_that_always_bring_them():
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    assert featurizer.filter_relations == ["people.person.spouse_s/ns:people.marriage.spouse"]
+    assert "!=" not in featurizer.relations  # nothing to learn: decoding adds the filter of each spouse edge
+    marry = EXAMPLES[1]
+    assert featurizer.target_graph(marry).edge_index.shape[1] == 1
+    assert SPARQL.canonical(_round_trip(featurizer, marry)) == SPARQL.canonical(marry.program)
+    exception = Example("Did M0 influence M1", "SELECT count ( * ) WHERE { M0 influence.influence_node.influenced M1 . "
+                                               "FILTER ( M0 != M1 ) }", {"index": 3})
+    learned = GGDFeaturizer(grouping=False, encoder_input="words").fit([*EXAMPLES, exception])
+    # a relation whose every edge in training comes with its filter joins the derived ones
+    assert learned.filter_relations == ["influence.influence_node.influenced",
+                                        "people.person.spouse_s/ns:people.marriage.spouse"]
+    unexplained = Example("Did M0 meet M1", "SELECT count ( * ) WHERE { M0 people.person.spouse_s/ns:people.marriage."
+                                            "spouse ?x0 . FILTER ( M0 != M1 ) }", {"index": 4})
+    learned = GGDFeaturizer(grouping=False, encoder_input="words").fit([*EXAMPLES, unexplained])
+    assert learned.filter_relations == [] and "!=" in learned.relations  # no rule: filters are learned as edges
+    for example in (*EXAMPLES, unexplained):
+        assert SPARQL.canonical(_round_trip(learned, example)) == SPARQL.canonical(example.program)
+    off = GGDFeaturizer(grouping=False, encoder_input="words", derived_filters=False).fit(EXAMPLES)
+    assert off.filter_relations == [] and "!=" in off.relations
+
+
 def test_checkpointed_featurizer_restores_everything():
     featurizer = GGDFeaturizer(grouping=True, dependencies=True).fit(EXAMPLES)
     restored = GGDFeaturizer.from_state_dict(featurizer.state_dict())
