@@ -32,35 +32,16 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from zoo.parser import Parser  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row  # noqa: E402
+from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.train import hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
 KEY = ("phase", "data", "backbone", "weights", "batch_size", "bucketed", "threads", "hardware")
-
-
-def matmul_flops_per_s(size: int = 1024, repeats: int = 5) -> float:
-    """fp32 ``size x size`` matmuls: 2 size^3 operations each, best of ``repeats`` timings of 8 products."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(8):
-            torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 8 * 2 * size ** 3 / best
-
-
-def counted_flops(function) -> int:
-    with FlopCounterMode(display=False) as counter:
-        function()
-    return counter.get_total_flops()
 
 
 def train_speed(model, loader, steps: int, warmup: int) -> tuple[int, float, int]:

@@ -1,0 +1,142 @@
+"""Where a GGD training step spends its time on this machine, its examples/s, and its share of the matmul rate.
+
+    python benchmarks/ggd_speed.py                                  # experiment=ggd_cfq at batch 512 on cfq_mcd1
+    python benchmarks/ggd_speed.py --batch-size 128 --steps 20 model.params.hidden_size=64  # any run.py override
+    python benchmarks/ggd_speed.py debug=smoke --batch-size 8 --steps 2 --out /tmp/speed.csv  # what the test runs
+
+The training split's first ``(warmup + steps) x batch`` examples (in a seeded random order) are encoded once
+(``encode``: the first epoch's featurisation, per example; later epochs reuse it), then ``steps`` optimiser steps are
+timed phase by phase, after ``warmup`` untimed ones:
+
+* ``collate``: ``GGDFeaturizer.collate`` of the encoded examples into tensors (``Batch.from_data_list`` of the
+  target graphs included), what the dataloader does on every step;
+* ``forward``: ``GroundedGraphDecoder.loss`` (encoder, grounding, every candidate triple's score, Eq. 2);
+* ``backward`` and ``optimizer`` (AdamW).
+
+``validate`` times the scoring and decoding (at the configured threshold) of as many validation examples, in
+batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
+``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
+FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, threads, hardware) in
+``results/ggd_speed.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from zoo.registry import get_dataset, get_model  # noqa: E402
+from zoo.results import append_row  # noqa: E402
+from zoo.stages import prepared_data  # noqa: E402
+from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
+from zoo.train import hardware_string, model_settings  # noqa: E402
+
+DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
+KEY = ("data", "backbone", "batch_size", "threads", "hardware")
+PHASES = ("collate", "forward", "backward", "optimizer")
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def train_profile(model, examples: list, batch_size: int, steps: int, warmup: int) -> dict[str, float]:
+    """Seconds per example of the first encoding, seconds per step of each of ``PHASES``, and FLOPs per step."""
+    featurizer = model.featurizer
+    batches = chunks(examples[:(warmup + steps) * batch_size], batch_size)
+    start = time.perf_counter()
+    encoded = [[featurizer.encode(e) for e in batch] for batch in batches]
+    encode_seconds = (time.perf_counter() - start) / sum(map(len, batches))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=model.hparams.lr)
+    seconds = dict.fromkeys(PHASES, 0.0)
+    for i, items in enumerate(encoded):
+        marks = [time.perf_counter()]
+        batch = featurizer.collate(items)
+        marks.append(time.perf_counter())
+        loss, _ = model.loss(batch)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
+        optimizer.step()
+        optimizer.zero_grad()
+        marks.append(time.perf_counter())
+        if i >= warmup:
+            for phase, begin, end in zip(PHASES, marks, marks[1:]):
+                seconds[phase] += end - begin
+    timed = len(encoded) - warmup
+    batch = featurizer.collate(encoded[-1])
+    flops = counted_flops(lambda: model.loss(batch)[0].backward())
+    optimizer.zero_grad()
+    return {"encode_ms_per_example": 1e3 * encode_seconds,
+            **{f"{phase}_ms_per_step": 1e3 * seconds[phase] / timed for phase in PHASES},
+            "examples_per_s": timed * batch_size / sum(seconds.values()), "flops_per_step": flops}
+
+
+@torch.no_grad()
+def validate_profile(model, examples: list, batch_size: int) -> float:
+    """Validation examples/s: encoding (memoised after the first pass, as in training), collating, scoring and
+    decoding."""
+    featurizer = model.featurizer
+    model.eval()
+    batches = [[featurizer.encode(e) for e in batch] for batch in chunks(examples, batch_size)]
+    start = time.perf_counter()
+    for items in batches:
+        model.decode(model(featurizer.collate(items)), model.hparams.threshold)
+    return len(examples) / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=512, help="training batch (the reference schedule's)")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "ggd_speed.csv")
+    args, overrides = parser.parse_known_args(argv)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides, f"data.batch_size={args.batch_size}"])
+    if cfg.model.name != "ggd":
+        sys.exit(f"error: model={cfg.model.name}: this benchmark measures GGD")
+    torch.manual_seed(cfg.seed)
+    datamodule = prepared_data(cfg)
+    params, featurizer = model_settings(cfg)
+    model = get_model("ggd").build(datamodule.train, get_dataset(cfg.data.name).formalism, featurizer=featurizer,
+                                   **params)
+    batch_size = datamodule.batch_size
+    train = list(datamodule.train)
+    random.Random(cfg.seed).shuffle(train)
+    needed = (args.warmup + args.steps) * batch_size
+    if len(train) < needed:
+        sys.exit(f"error: {args.warmup} + {args.steps} steps of batch {batch_size} need {needed} training examples, "
+                 f"{cfg.data.name} has {len(train)}: lower --steps, --warmup or --batch-size")
+    profile = train_profile(model, train, batch_size, args.steps, args.warmup)
+    peak = matmul_flops_per_s()
+    seconds_per_step = batch_size / profile["examples_per_s"]
+    row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
+           "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
+           "hardware": hardware_string(), "steps": args.steps,
+           **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},
+           "validate_examples_per_s": round(validate_profile(model, list(datamodule.val)[:needed],
+                                                             datamodule.eval_batch_size), 1),
+           "gflops_per_step": round(profile["flops_per_step"] / 1e9, 3),
+           "matmul_gflops": round(peak / 1e9, 2),
+           "flops_share": round(profile["flops_per_step"] / seconds_per_step / peak, 4)}
+    append_row(args.out, row, replacing=KEY)
+    breakdown = ", ".join(f"{phase} {row[f'{phase}_ms_per_step']:.0f}" for phase in PHASES)
+    print(f"ggd {row['backbone']} batch {batch_size}, {row['threads']} threads: {row['examples_per_s']:.0f} training "
+          f"examples/s (ms a step: {breakdown}; first encoding {row['encode_ms_per_example']:.2f} ms an example), "
+          f"{row['validate_examples_per_s']:.0f} validation examples/s, {100 * row['flops_share']:.2f}% of the "
+          f"{row['matmul_gflops']} GFLOP/s matmul rate")
+    return row
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""benchmarks/ggd_speed.py on debug=smoke: it times each phase, counts FLOPs and writes its row."""
+import sys
+
+import pytest
+
+from conftest import REPO, needs_mirror
+from zoo.results import read_rows
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import ggd_speed  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def syntax_cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+
+
+@needs_mirror
+def test_ggd_speed_benchmark_on_smoke(tmp_path):
+    out = tmp_path / "speed.csv"
+    arguments = ["debug=smoke", "--batch-size", "8", "--steps", "2", "--warmup", "1", "--out", str(out)]
+    row = ggd_speed.main(arguments)
+    assert row["data"] == "cfq_mcd1" and row["batch_size"] == 8 and row["steps"] == 2
+    for phase in ggd_speed.PHASES:
+        assert row[f"{phase}_ms_per_step"] > 0
+    assert row["examples_per_s"] > 0 and row["validate_examples_per_s"] > 0 and row["encode_ms_per_example"] > 0
+    assert row["gflops_per_step"] > 0 and 0 < row["flops_share"] < 1
+    ggd_speed.main(arguments)
+    assert len(read_rows(out)) == 1  # a rerun replaces its row
+    with pytest.raises(SystemExit, match="training examples"):
+        ggd_speed.main(["debug=smoke", "--batch-size", "8", "--steps", "10", "--out", str(out)])
