@@ -40,6 +40,13 @@ def test_every_group_composes():
             compose_run(f"{group}={name}")
 
 
+def test_every_experiment_stays_a_smoke_test_under_debug_smoke():
+    """debug=smoke comes after the experiment, so a recipe's budget (max_steps 6000) never outlasts the smoke's."""
+    for name in config_names("experiment"):
+        cfg = compose_run(f"experiment={name}", "debug=smoke")
+        assert cfg.trainer.max_steps == 4 and cfg.data.limit_train == 32 and cfg.data.batch_size == 8, name
+
+
 def test_duplicate_and_wrong_base_class_are_errors():
     with pytest.raises(registry.RegistryError, match="already registered"):
         registry.register_model("seq2seq")(type("Another", (Parser,), {}))

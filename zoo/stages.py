@@ -82,10 +82,8 @@ def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | N
     stage_cfg.model.variant = f"stage:{name}"
     stage_cfg.subsample = ""  # the stage's row names the stage only
     stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
-    if max_steps is not None:
+    if max_steps is not None:  # (a trainer.min_steps above it is lowered to it, zoo.train._step_bounds)
         stage_cfg.trainer.max_steps = max_steps
-        if stage_cfg.trainer.get("min_steps") is not None:  # a shorter stage's budget is its own minimum too
-            stage_cfg.trainer.min_steps = min(stage_cfg.trainer.min_steps, max_steps)
     last = stage_dir / "checkpoints" / "last.ckpt"
     stage_cfg.ckpt_path = "last" if cfg.ckpt_path == "last" and last.exists() else None
     stage_dir.mkdir(parents=True, exist_ok=True)

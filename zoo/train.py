@@ -189,7 +189,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, curve, *extra_callbacks],
-                                     logger=logger, default_root_dir=str(run_dir))
+                                     logger=logger, default_root_dir=str(run_dir), **_step_bounds(cfg.trainer))
 
     train_seconds = None
     if tested is None:
@@ -238,6 +238,15 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
                  run_dir / "predictions.jsonl")
     return row
+
+
+def _step_bounds(trainer_cfg: DictConfig) -> dict[str, int]:
+    """``min_steps`` no larger than ``max_steps``: a shorter budget (``debug=smoke``'s 4 steps, a stage's own
+    ``continue_steps``) bounds the recipe's minimum too, where Lightning would train on to the minimum."""
+    max_steps, min_steps = trainer_cfg.get("max_steps", -1), trainer_cfg.get("min_steps")
+    if min_steps is not None and max_steps is not None and 0 <= max_steps < min_steps:
+        return {"min_steps": max_steps}
+    return {}
 
 
 def model_settings(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
