@@ -18,6 +18,12 @@ unparsable prediction counts as wrong.
     python benchmarks/cfq_edge_match.py                  # every CFQ run of results/runs.csv with its predictions
     python benchmarks/cfq_edge_match.py --model ggd --data cfq_mcd1
 
+It also says where the wrong queries differ from the gold (``differences``): ``unparsable``, ``query_type`` (count
+against select, or another projection), ``variables`` (how many), ``types`` (``?x0 a film.director``),
+``attributes`` (the other constants: gender, nationality), ``filters`` and ``relations`` (the triples between
+entities and variables), each column the share of all test questions wrong in that part (a question wrong in
+several parts counts in each).
+
 It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.write_rows``), one row per run. A run whose
 predictions file no longer matches its row's exact match (the directory was reused) is skipped with a warning.
 """
@@ -33,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
-from zoo.formalisms.sparql import emr_view  # noqa: E402
+from zoo.formalisms.sparql import TYPE_RELATION, SparqlQuery, emr_view  # noqa: E402
 from zoo.results import read_rows, write_rows  # noqa: E402
 
 NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
@@ -58,9 +64,35 @@ def emr(program: str, utterance: str) -> frozenset[tuple[str, str, str]] | None:
         return None
 
 
+PARTS = ("unparsable", "query_type", "variables", "types", "attributes", "filters", "relations")
+
+
+def _parts(query: SparqlQuery) -> dict[str, object]:
+    triples = set(query.triples)
+    return {"query_type": (query.query_type, query.projection),
+            "variables": len({term for c in query.conjuncts for term in c.ends if term.startswith("?")}),
+            "types": {t for t in triples if t.relation == TYPE_RELATION},
+            "attributes": {t for t in triples if t.relation != TYPE_RELATION and not NODE.fullmatch(t.object)},
+            "filters": set(query.filters),
+            "relations": {t for t in triples if NODE.fullmatch(t.subject) and NODE.fullmatch(t.object)}}
+
+
+def differences(prediction: str, gold: str) -> set[str]:
+    """The ``PARTS`` in which a predicted query differs from the gold one (empty when they are the same)."""
+    sparql = get_formalism("cfq_sparql")
+    try:
+        predicted = _parts(sparql.parse(prediction))
+    except FormalismError:
+        return {"unparsable"}
+    expected = _parts(sparql.parse(gold))
+    return {part for part in expected if predicted[part] != expected[part]}
+
+
 def rescore(predictions: Path) -> dict[str, float | int]:
-    """Exact match, edge exact match and emr (fractions) over one ``predictions.jsonl``."""
+    """Exact match, edge exact match and emr (fractions) over one ``predictions.jsonl``, and the share of questions
+    wrong in each of ``PARTS``."""
     n = exact = edge = emr_correct = 0
+    wrong = dict.fromkeys(PARTS, 0)
     with predictions.open(encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, 1):
             try:
@@ -76,9 +108,13 @@ def rescore(predictions: Path) -> dict[str, float | int]:
             edge += predicted is not None and predicted == edges(gold)
             predicted = emr(prediction, utterance)
             emr_correct += predicted is not None and predicted == emr(gold, utterance)
+            if not correct:
+                for part in differences(prediction, gold):
+                    wrong[part] += 1
     if n == 0:
         raise ValueError(f"{predictions}: no predictions")
-    return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n, "test_emr": emr_correct / n}
+    return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n, "test_emr": emr_correct / n,
+            **{f"wrong_{part}": wrong[part] / n for part in PARTS}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         table.append(out)
         print(f"{row['model']:>6} {row['variant']:>13} {row['data']:>17} seed {row['seed']}: exact match "
               f"{100 * scores['test_exact_match']:.2f}, edge exact match {100 * scores['test_edge_exact_match']:.2f}, "
-              f"emr {100 * scores['test_emr']:.2f}")
+              f"emr {100 * scores['test_emr']:.2f}; wrong in "
+              + ", ".join(f"{part} {100 * scores[f'wrong_{part}']:.2f}" for part in PARTS))
     if table:
         write_rows(args.out, table)
         print(f"wrote {len(table)} rows to {args.out}")
