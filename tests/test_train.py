@@ -97,6 +97,8 @@ def test_resume_true_starts_resumes_or_skips_a_finished_run(tmp_path):
     assert row["resumed"] is True and row["global_steps"] == 6
     again = run(smoke(tmp_path, *overrides), run_dir)  # finished under this protocol: nothing runs
     assert again["time"] == row["time"] and len(read_rows(tmp_path / "runs.csv")) == 1
+    with pytest.raises(RunConfigError, match="finished run of protocol p1"):  # not resumed from p1's end
+        run(smoke(tmp_path, *overrides[:-1], "protocol=p2"), run_dir)
     run(smoke(tmp_path, *overrides[:-1], "protocol=p2", "overwrite=true"), run_dir)  # another protocol runs
     assert [r["protocol"] for r in read_rows(tmp_path / "runs.csv")] == ["p1", "p2"]
 

@@ -126,10 +126,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
     ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
     if cfg.get("resume"):
-        finished = finished_row(cfg, Path(run_dir))
-        if finished is not None:
-            log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, finished["time"])
-            return finished
+        protocol, rows = str(cfg.get("protocol") or ""), finished_rows(cfg, Path(run_dir))
+        if same := [row for row in rows if row.get("protocol", "") == protocol]:
+            log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, same[-1]["time"])
+            return same[-1]
+        if rows and any((Path(run_dir) / "checkpoints").glob("*.ckpt")) and not cfg.overwrite:
+            raise RunConfigError(  # its last.ckpt is another recipe's end, not an interrupted run of this one
+                f"resume=true: {run_dir} holds a finished run of protocol {rows[-1].get('protocol') or '(none)'}, "
+                f"not {protocol or '(none)'}: move it aside, or overwrite=true to train this one there")
     retrieval = cfg.get("retrieval", {}).get("name", "none")
     if retrieval != "none":
         from zoo.retrieval import run_retrieval
@@ -276,14 +280,12 @@ def results_path(cfg: DictConfig, run_dir: Path) -> Path:
     return results_file if results_file.is_absolute() else REPO_ROOT / results_file
 
 
-def finished_row(cfg: DictConfig, run_dir: Path) -> dict[str, str] | None:
-    """The results row of a run that already finished in ``run_dir`` under this config's ``protocol``, if any."""
+def finished_rows(cfg: DictConfig, run_dir: Path) -> list[dict[str, str]]:
+    """The results rows of the runs that finished in ``run_dir``, oldest first."""
     results_file = results_path(cfg, run_dir)
     if not results_file.exists():
-        return None
-    rows = [row for row in read_rows(results_file) if Path(row["run_dir"]).resolve() == run_dir.resolve()
-            and row.get("protocol", "") == str(cfg.get("protocol") or "")]
-    return rows[-1] if rows else None
+        return []
+    return [row for row in read_rows(results_file) if Path(row["run_dir"]).resolve() == run_dir.resolve()]
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
