@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     params, featurizer = model_settings(cfg)
     model = get_model("ggd").build(datamodule.train, get_dataset(cfg.data.name).formalism, featurizer=featurizer,
                                    **params)
+    datamodule.attach(model.featurizer)  # tags every split in bulk, as a training run does
     batch_size = datamodule.batch_size
     train = list(datamodule.train)
     random.Random(cfg.seed).shuffle(train)

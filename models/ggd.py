@@ -264,11 +264,11 @@ class GGDFeaturizer(Featurizer):
         """Tag every question once, in bulk (spaCy; cached on disk by ``models.syntax.SyntaxCache``)."""
         if not self.needs_syntax:
             return
-        from models.syntax import SyntaxCache, merge_analysis
+        from models.syntax import merge_analysis, shared_cache
 
         missing = sorted({e.utterance for e in examples} - set(self._syntax))
         if missing:
-            for utterance, analysis in zip(missing, SyntaxCache(self.tagger).analyse_many(missing)):
+            for utterance, analysis in zip(missing, shared_cache(self.tagger).analyse_many(missing)):
                 self._syntax[utterance] = merge_analysis(analysis, self._spans(utterance))
 
     # ----- encoding --------------------------------------------------------------------------------------------

@@ -58,6 +58,18 @@ def test_grouping_merges_a_and_b_into_one_input_position():
     assert ungrouped["n_question"] == 8  # seven words and NIL
 
 
+def test_questions_tagged_one_at_a_time_read_the_cache_file_once(monkeypatch):
+    from models.syntax import SyntaxCache
+
+    loads = []
+    original = SyntaxCache._load
+    monkeypatch.setattr(SyntaxCache, "_load", lambda self: loads.append(1) or original(self))
+    featurizer = GGDFeaturizer(grouping=True).fit(EXAMPLES)
+    for question in ("Did M0 edit M1", "Did M1 direct M0", "Was M2 a film director"):  # outside fit's bulk tagging
+        featurizer.encode(Example(question, EXAMPLES[1].program, {}))
+    assert len(loads) == 1
+
+
 def test_encoder_reads_parts_of_speech_and_closed_class_words():
     featurizer = GGDFeaturizer(grouping=True).fit(EXAMPLES)
     names = {i: tag for tag, i in featurizer.tags.items()}
