@@ -15,8 +15,8 @@ Stages are shared through ``ir_stages_dir`` (zoo/ir/pipeline.py): ``none``, ``ri
 test set. GandR's first run trains stage 1 and the fold models, which ``retrieval=input`` also needs and the other
 alphas share: the other alphas start after it. Jobs start in the order given (``--seeds`` outer, then datasets,
 then models). At the deadline, running jobs are stopped (they leave no results row) and the rest are skipped; the
-same command with ``--resume`` later skips the runs that finished and resumes the interrupted ones. Each job logs to ``logs/ir_grid/``; every finished
-pipeline appends its row to the results file as any run does.
+same command with ``--resume`` later skips the runs that finished and resumes the interrupted ones. Each job logs to
+``logs/ir_grid/``; every finished pipeline appends its row to the results file as any run does.
 """
 from __future__ import annotations
 

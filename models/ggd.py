@@ -3,9 +3,9 @@ Question Answering") for CFQ.
 
 A CFQ query is a conjunctive query graph (§3.1): its nodes are the anonymised entities of the question (``M0``..)
 and variables (``?x0``..), its edges the relations between them (FILTER inequalities are edges of the reserved
-relation ``!=``, ``zoo.formalisms.sparql``, unless they are derived: see the departures below). Triples whose object is a constant (``?x0 a film.film``, ``?x0
-people.person.gender m_05zppz``) are *attributes* of their subject, one per (relation, constant) pair of training.
-The model
+relation ``!=``, ``zoo.formalisms.sparql``, unless they are derived: see the departures below). Triples whose object
+is a constant (``?x0 a film.film``, ``?x0 people.person.gender m_05zppz``) are *attributes* of their subject, one per
+(relation, constant) pair of training. The model
 
 1. reads the question as *groups* (§3.2): single words, or ``A and B`` phrases whose words share a part of speech
    merged into one group whose embedding is the sum of its words' (``models/syntax.py``; CFQ writes coordinations
@@ -694,9 +694,10 @@ class GroundedGraphDecoder(Parser):
     @torch.no_grad()
     def on_test_start(self) -> None:
         """With ``tune_threshold``, decode the test set with the threshold among ``THRESHOLDS`` that gives the
-        best dev exact match (``selection_metric``; ties: the higher), the checkpoint being the one selected on dev too. Every triple is
-        an independent Bernoulli event, and a query is exact only when all of its many triples are right, so the
-        threshold that maximises query exact match is not 0.5: missed triples cost more than extra ones."""
+        best dev exact match (``selection_metric``; ties: the higher), the checkpoint being the one selected on dev
+        too. Every triple is an independent Bernoulli event, and a query is exact only when all of its many triples
+        are right, so the threshold that maximises query exact match is not 0.5: missed triples cost more than extra
+        ones."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if not self.hparams.tune_threshold or datamodule is None or not datamodule.val:
             return

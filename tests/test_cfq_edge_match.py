@@ -48,7 +48,8 @@ def test_rescore_counts_by_hand(tmp_path):
 
 def test_rescore_names_the_bad_line(tmp_path):
     predictions = tmp_path / "predictions.jsonl"
-    predictions.write_text(json.dumps({"utterance": "q", "gold": GOLD, "prediction": GOLD, "correct": True}) + "\n{not json\n")
+    good = {"utterance": "q", "gold": GOLD, "prediction": GOLD, "correct": True}
+    predictions.write_text(json.dumps(good) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"predictions.jsonl:2"):
         cfq_edge_match.rescore(predictions)
 

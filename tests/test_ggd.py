@@ -207,8 +207,9 @@ def test_featurizer_round_trip_on_every_mcd1_dev_query():
 def test_gold_variables_hand_the_model_exactly_the_gold_querys_variables():
     """The GGD authors' protocol: with variables="gold" the candidate nodes are the question's entities and the
     gold query's variables, no other variable slot."""
-    two_variables = Example("Who directed a film edited by M0", "SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 "
-                            ". ?x1 film.film.edited_by M0 }", {"index": 3})
+    two_variables = Example("Who directed a film edited by M0",
+                            "SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 . ?x1 film.film.edited_by M0 }",
+                            {"index": 3})
     examples = [*EXAMPLES, two_variables]
     every, gold = (GGDFeaturizer(grouping=False, encoder_input="words", variables=v).fit(examples)
                    for v in ("all", "gold"))

@@ -1,9 +1,10 @@
 """Metrics shared by every model: per-example scoring through the formalism, then torchmetrics counters.
 
 Scoring (``Scorer``) is where programs are canonicalised and executed, once per prediction; the metrics
-(``ExactMatch``, ``DenotationAccuracy``, CFQ's ``EdgeMatchRate``) only count the flags of ``ExampleScore`` objects. Their state is two
-sum-reduced counters, so one process and several (DDP) report the same number. An unparsable or failing prediction
-is scored wrong, never raised, and the reason is kept in ``ExampleScore.error`` for the predictions file.
+(``ExactMatch``, ``DenotationAccuracy``, CFQ's ``EdgeMatchRate``) only count the flags of ``ExampleScore`` objects.
+Their state is two sum-reduced counters, so one process and several (DDP) report the same number. An unparsable or
+failing prediction is scored wrong, never raised, and the reason is kept in ``ExampleScore.error`` for the predictions
+file.
 """
 from __future__ import annotations
 
