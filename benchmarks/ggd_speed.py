@@ -4,20 +4,23 @@
     python benchmarks/ggd_speed.py --batch-size 128 --steps 20 model.params.hidden_size=64  # any run.py override
     python benchmarks/ggd_speed.py debug=smoke --batch-size 8 --steps 2 --out /tmp/speed.csv  # what the test runs
 
-The training split's first ``(warmup + steps) x batch`` examples (in a seeded random order) are encoded once
-(``encode``: the first epoch's featurisation, per example; later epochs reuse it), then ``steps`` optimiser steps are
-timed phase by phase, after ``warmup`` untimed ones:
+The training split's first ``(warmup + steps) x batch`` examples (in a seeded random order; whole pools of
+``data.bucket_pool_batches`` batches with ``data.bucket_by_length``, batched as a training run batches them) are
+encoded once (``encode``: the first epoch's featurisation, per example; later epochs reuse it), then ``steps``
+optimiser steps are timed phase by phase, after ``warmup`` untimed ones:
 
-* ``collate``: ``GGDFeaturizer.collate`` of the encoded examples into tensors (``Batch.from_data_list`` of the
-  target graphs included), what the dataloader does on every step;
+* ``collate``: ``GGDFeaturizer.collate`` of the encoded examples into tensors, what the dataloader does on every
+  step;
 * ``forward``: ``GroundedGraphDecoder.loss`` (encoder, grounding, every candidate triple's score, Eq. 2);
 * ``backward`` and ``optimizer`` (AdamW).
 
 ``validate`` times the scoring and decoding (at the configured threshold) of as many validation examples, in
 batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
 ``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
-FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, threads, hardware) in
-``results/ggd_speed.csv``.
+FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, threads,
+hardware) in ``results/ggd_speed.csv``.
+
+    python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from datamodules.datamodule import LengthBucketBatchSampler  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
@@ -40,21 +44,32 @@ from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.train import hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
-KEY = ("data", "backbone", "batch_size", "threads", "hardware")
+KEY = ("data", "backbone", "batch_size", "bucketed", "threads", "hardware")
 PHASES = ("collate", "forward", "backward", "optimizer")
 
 
-def chunks(items: list, size: int) -> list[list]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def train_profile(model, examples: list, batch_size: int, steps: int, warmup: int) -> dict[str, float]:
-    """Seconds per example of the first encoding, seconds per step of each of ``PHASES``, and FLOPs per step."""
-    featurizer = model.featurizer
-    batches = chunks(examples[:(warmup + steps) * batch_size], batch_size)
+def training_batches(featurizer, examples: list, batch_size: int, n_batches: int,
+                     pool_batches: int | None, seed: int) -> tuple[list[list[dict]], float]:
+    """``n_batches`` encoded training batches, as a training run forms them: consecutive runs of ``examples`` (in
+    a random order already), or with ``pool_batches`` (``data.bucket_by_length``) each pool of that many batches
+    sorted by ``featurizer.length`` and cut (``LengthBucketBatchSampler``); and the seconds a first encoding of an
+    example takes."""
+    pool = (pool_batches or 1) * batch_size
+    examples = examples[:-(-n_batches * batch_size // pool) * pool]  # whole pools
     start = time.perf_counter()
-    encoded = [[featurizer.encode(e) for e in batch] for batch in batches]
-    encode_seconds = (time.perf_counter() - start) / sum(map(len, batches))
+    encoded = [featurizer.encode(e) for e in examples]
+    encode_seconds = (time.perf_counter() - start) / len(examples)
+    if pool_batches:
+        lengths = [featurizer.length(e) for e in examples]
+        order = LengthBucketBatchSampler(lengths, batch_size, seed, pool_batches).batches()
+    else:
+        order = [range(i, i + batch_size) for i in range(0, len(examples), batch_size)]
+    return [[encoded[i] for i in batch] for batch in order[:n_batches]], encode_seconds
+
+
+def train_profile(model, encoded: list[list[dict]], warmup: int) -> dict[str, float]:
+    """Seconds per step of each of ``PHASES`` over the batches after the first ``warmup``, and FLOPs per step."""
+    featurizer = model.featurizer
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=model.hparams.lr)
     seconds = dict.fromkeys(PHASES, 0.0)
@@ -73,12 +88,14 @@ def train_profile(model, examples: list, batch_size: int, steps: int, warmup: in
             for phase, begin, end in zip(PHASES, marks, marks[1:]):
                 seconds[phase] += end - begin
     timed = len(encoded) - warmup
-    batch = featurizer.collate(encoded[-1])
-    flops = counted_flops(lambda: model.loss(batch)[0].backward())
+    timed_examples = sum(map(len, encoded[warmup:]))
+    flops = 0  # over every timed batch: bucketed batches differ in size
+    for items in encoded[warmup:]:
+        batch = featurizer.collate(items)
+        flops += counted_flops(lambda: model.loss(batch)[0].backward())
     optimizer.zero_grad()
-    return {"encode_ms_per_example": 1e3 * encode_seconds,
-            **{f"{phase}_ms_per_step": 1e3 * seconds[phase] / timed for phase in PHASES},
-            "examples_per_s": timed * batch_size / sum(seconds.values()), "flops_per_step": flops}
+    return {**{f"{phase}_ms_per_step": 1e3 * seconds[phase] / timed for phase in PHASES},
+            "examples_per_s": timed_examples / sum(seconds.values()), "flops_per_step": flops / timed}
 
 
 @torch.no_grad()
@@ -87,7 +104,7 @@ def validate_profile(model, examples: list, batch_size: int) -> float:
     decoding."""
     featurizer = model.featurizer
     model.eval()
-    batches = [[featurizer.encode(e) for e in batch] for batch in chunks(examples, batch_size)]
+    batches = [[featurizer.encode(e) for e in examples[i:i + batch_size]] for i in range(0, len(examples), batch_size)]
     start = time.perf_counter()
     for items in batches:
         model.decode(model(featurizer.collate(items)), model.hparams.threshold)
@@ -118,10 +135,14 @@ def main(argv: list[str] | None = None) -> dict:
     if len(train) < needed:
         sys.exit(f"error: {args.warmup} + {args.steps} steps of batch {batch_size} need {needed} training examples, "
                  f"{cfg.data.name} has {len(train)}: lower --steps, --warmup or --batch-size")
-    profile = train_profile(model, train, batch_size, args.steps, args.warmup)
+    pool_batches = datamodule.bucket_pool_batches if datamodule.bucket_by_length else None
+    batches, encode_seconds = training_batches(model.featurizer, train, batch_size, args.warmup + args.steps,
+                                               pool_batches, cfg.seed)
+    profile = {"encode_ms_per_example": 1e3 * encode_seconds, **train_profile(model, batches, args.warmup)}
     peak = matmul_flops_per_s()
     seconds_per_step = batch_size / profile["examples_per_s"]
     row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
+           "bucketed": bool(pool_batches),
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
            "hardware": hardware_string(), "steps": args.steps,
            **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},

@@ -35,7 +35,8 @@ is a constant (``?x0 a film.film``, ``?x0 people.person.gender m_05zppz``) are *
 
 The scoring is vectorised over all (s, r, o) of a batch: ``w_r^T [h_s, h_o, z_so]`` splits into a subject term, an
 object term and a grounding term, and the grounding term is ``sum_k alpha_so^k (w_r^z . nu_k)``, so no tensor of
-size pairs x embedding is ever formed.
+size pairs x embedding is ever formed. The node axis of a batch holds each question's own nodes (``collate``), not
+every slot, and ``data.bucket_by_length`` batches questions with as many nodes together (``GGDFeaturizer.length``).
 
 Beyond the paper (§4.6 names richer syntax as future work): with ``gnn_layers > 0`` the encoder's question states
 are refined by a relational GCN (``torch_geometric`` ``RGCNConv``) over the spaCy dependency parse lifted to groups.
@@ -132,6 +133,13 @@ def _domain(relation: str) -> str | None:
 
 def _example_name(example: Example) -> str:
     return f"example {example.meta.get('index', '?')} ({example.utterance[:60]!r})"
+
+
+def _rows(items: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The batch index of each row of the ``item[key]`` arrays of a batch, and those rows stacked."""
+    blocks = [item[key] for item in items]
+    return (np.repeat(np.arange(len(blocks)), [len(block) for block in blocks]),
+            np.concatenate(blocks).astype(np.int64))
 
 
 class GGDFeaturizer(Featurizer):
@@ -334,6 +342,11 @@ class GGDFeaturizer(Featurizer):
         return self._encoded[key]
 
     def _encode(self, example: Example) -> dict[str, Any]:
+        """Numpy arrays, so that ``collate`` copies blocks rather than building tensors from Python lists:
+        ``words`` [groups + tail, widest group] (0-padded word ids), ``tags`` [groups + tail], ``mentions`` [M, 2]
+        (node slot, sequence position), ``nodes`` (the question's node slots, ascending) and the ``target``
+        graph's ``edges`` [E, 3] (subject slot, relation, object slot) and ``attributes`` [K, 2] (slot,
+        attribute), or the reason the example has none."""
         tokens = self._tokens(example)
         if not tokens:
             raise FeaturizationError(f"{_example_name(example)}: empty question")
@@ -341,11 +354,15 @@ class GGDFeaturizer(Featurizer):
         unk = self.words[UNK]
         variables = self._variable_slots(example)
         tail = [NIL, SEP] + [f"<x{i}>" for i in variables]
-        words = [[self.words.get(tokens[i], unk) for i in group] for group in groups] + [[self.words[t]] for t in tail]
+        word_ids = [[self.words.get(tokens[i], unk) for i in group] for group in groups] + [[self.words[t]]
+                                                                                            for t in tail]
+        words = np.zeros((len(word_ids), max(map(len, word_ids))), dtype=np.int64)
+        for position, ids in enumerate(word_ids):
+            words[position, :len(ids)] = ids
         item = {"words": words, "n_question": len(groups) + 1}  # grounding attends over the groups and NIL
         if self.encoder_input == "tags":
             unk_tag = self.tags[UNK]
-            item["tags"] = [self.tags.get(tag, unk_tag) for tag in self._tags(example, groups) + tail]
+            item["tags"] = np.array([self.tags.get(tag, unk_tag) for tag in self._tags(example, groups) + tail])
         # node -> the sequence positions whose contextual embeddings it sums (an entity: its mentions)
         mentions: list[tuple[int, int]] = []
         for position, group in enumerate(groups):
@@ -358,9 +375,13 @@ class GGDFeaturizer(Featurizer):
                     mentions.append((entity, position))
         variable_start = len(groups) + 2
         mentions += [(self.n_entities + i, variable_start + k) for k, i in enumerate(variables)]
-        item["mentions"] = mentions
+        item["mentions"] = np.array(mentions, dtype=np.int64).reshape(-1, 2)
+        item["nodes"] = np.unique(item["mentions"][:, 0])
         try:
-            item["target"] = self.target_graph(example)
+            graph = self.target_graph(example)
+            item["target"] = {"edges": torch.stack([graph.edge_index[0], graph.edge_type, graph.edge_index[1]],
+                                                   dim=1).numpy(),
+                              "attributes": graph.node_attributes.nonzero().numpy(), "count": bool(graph.count)}
         except FeaturizationError as e:  # a term unseen in training: fine to evaluate on, not to train on
             item["target"] = str(e)
         if self.dependencies:
@@ -422,31 +443,70 @@ class GGDFeaturizer(Featurizer):
         return Data(edge_index=torch.tensor(edges, dtype=torch.long).view(-1, 2).t(),
                     edge_type=torch.tensor(label_ids, dtype=torch.long), num_nodes=len(groups))
 
+    def length(self, example: Example) -> tuple[int, int]:
+        """Training batches of questions with as many nodes and of similar length (``data.bucket_by_length``): the
+        pairs of nodes and the encoder's steps are what a step costs, and padding either is waste."""
+        item = self.encode(example)
+        return len(item["nodes"]), len(item["words"])
+
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Tensors of a batch. The node axis holds each question's nodes only (the entities it mentions and its
+        variable slots), in slot order and padded to the batch's most (``nodes``: their slots, ``node_mask``):
+        an absent slot's pairs are never candidates, and on MCD1 a question has 7.9 of the 16 slots on average."""
         batch_size = len(items)
-        length = max(len(item["words"]) for item in items)
-        width = max(len(group) for item in items for group in item["words"])
-        # Fill the tensors with one indexed assignment each: a Python loop over elements costs more than the model.
-        word_index = torch.tensor([(b, t, w, word) for b, item in enumerate(items)
-                                   for t, group in enumerate(item["words"]) for w, word in enumerate(group)])
-        words = torch.zeros(batch_size, length, width, dtype=torch.long)
-        words[tuple(word_index[:, :3].t())] = word_index[:, 3]
-        mention_index = torch.tensor([(b, node, position) for b, item in enumerate(items)
-                                      for node, position in item["mentions"]])
-        incidence = torch.zeros(batch_size, self.n_nodes, length)
-        incidence.index_put_(tuple(mention_index.t()), torch.ones(len(mention_index)), accumulate=True)
+        lengths = np.array([len(item["words"]) for item in items])
+        length, width = int(lengths.max()), max(item["words"].shape[1] for item in items)
+        n_present = max(1, max(len(item["nodes"]) for item in items))  # (no nodes: still decoded, to a wrong query)
+        words = np.zeros((batch_size, length, width), dtype=np.int64)
+        nodes = np.zeros((batch_size, n_present), dtype=np.int64)
+        node_mask = np.zeros((batch_size, n_present), dtype=bool)
+        position = np.full((batch_size, self.n_nodes), -1)  # slot -> its place on the node axis (-1: absent)
+        for b, item in enumerate(items):
+            words[b, :len(item["words"]), :item["words"].shape[1]] = item["words"]
+            present = item["nodes"]
+            nodes[b, :len(present)], node_mask[b, :len(present)] = present, True
+            position[b, present] = np.arange(len(present))
+        b, mentions = _rows(items, "mentions")
+        incidence = torch.zeros(batch_size, n_present, length)
+        incidence.index_put_(tuple(torch.from_numpy(x) for x in (b, position[b, mentions[:, 0]], mentions[:, 1])),
+                             torch.ones(len(b)), accumulate=True)
         n_question = torch.tensor([item["n_question"] for item in items])
         targets = [item["target"] for item in items]
         untrainable = [t for t in targets if isinstance(t, str)]
-        batch = {"words": words, "lengths": torch.tensor([len(item["words"]) for item in items]),
-                 "incidence": incidence, "question_mask": torch.arange(length)[None, :] < n_question[:, None],
-                 "target": untrainable[0] if untrainable else Batch.from_data_list(targets)}
+        batch = {"words": torch.from_numpy(words), "lengths": torch.from_numpy(lengths),
+                 "nodes": torch.from_numpy(nodes), "node_mask": torch.from_numpy(node_mask), "incidence": incidence,
+                 "question_mask": torch.arange(length)[None, :] < n_question[:, None],
+                 "target": untrainable[0] if untrainable else self._target_tensors(targets, position, n_present)}
         if self.encoder_input == "tags":
-            batch["tags"] = torch.nn.utils.rnn.pad_sequence([torch.tensor(item["tags"]) for item in items],
-                                                            batch_first=True)
+            tags = np.zeros((batch_size, length), dtype=np.int64)
+            for b, item in enumerate(items):
+                tags[b, :len(item["tags"])] = item["tags"]
+            batch["tags"] = torch.from_numpy(tags)
         if self.dependencies:
             batch["dependencies"] = Batch.from_data_list([item["dependencies"] for item in items])
         return batch
+
+    def _target_tensors(self, targets: list[dict[str, Any]], position: np.ndarray,
+                        n_present: int) -> dict[str, torch.Tensor]:
+        """The gold graphs on the batch's node axis: ``edges`` [B, P, P, R] and ``attributes`` [B, P, A] (0/1),
+        ``count`` [B], and ``absent``, the number of gold triples and attributes on a node the question lacks
+        (an entity it does not mention, a variable ``variables="gold"`` left out), which can never be decoded."""
+        batch_size = len(targets)
+        b, edges = _rows(targets, "edges")
+        s, r, o = edges.T
+        s, o = position[b, s], position[b, o]
+        edges_here = (s >= 0) & (o >= 0)
+        edges = torch.zeros(batch_size, n_present, n_present, len(self.relations))
+        edges[tuple(torch.from_numpy(x[edges_here]) for x in (b, s, o, r))] = 1.0
+        b, attributes = _rows(targets, "attributes")
+        s, a = attributes.T
+        s = position[b, s]
+        attributes_here = s >= 0
+        attributes = torch.zeros(batch_size, n_present, len(self.attributes))
+        attributes[tuple(torch.from_numpy(x[attributes_here]) for x in (b, s, a))] = 1.0
+        return {"edges": edges, "attributes": attributes,
+                "absent": int((~edges_here).sum() + (~attributes_here).sum()),
+                "count": torch.tensor([target["count"] for target in targets], dtype=torch.float)}
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
     _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists",
@@ -567,13 +627,14 @@ class GroundedGraphDecoder(Parser):
 
     # ----- network ---------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Edge logits [B, N, N, R], attribute logits [B, N, A], their candidate masks, query-type logits [B]."""
+        """Edge logits [B, P, P, R] and attribute logits [B, P, A] over the batch's node axis (``collate``), their
+        candidate masks, query-type logits [B], and the node axis's slots (``nodes``, for decoding)."""
         groups = self.word_embedding(batch["words"]).sum(dim=2)  # a group's embedding is its words' sum (§3.2)
         inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
         states = self.encoder(inputs, batch["lengths"])
         if len(self.gnn):
             states = self._refine_with_dependencies(states, batch)
-        nodes = torch.bmm(batch["incidence"], states)  # [B, N, d]: sums of mention embeddings
+        nodes = torch.bmm(batch["incidence"], states)  # [B, P, d]: sums of mention embeddings
         edges = self.subject_score(nodes)[:, :, None, :] + self.object_score(nodes)[:, None, :, :]
         attributes = self.attribute_score(nodes)
         if self.hparams.grounding:
@@ -583,7 +644,8 @@ class GroundedGraphDecoder(Parser):
         question = batch["question_mask"]
         pooled = (states * question[..., None]).sum(1) / question.sum(1, keepdim=True)
         return {"edges": edges, "attributes": attributes, "edge_candidates": edge_candidates,
-                "attribute_candidates": attribute_candidates, "count": self.count_score(pooled).squeeze(-1)}
+                "attribute_candidates": attribute_candidates, "count": self.count_score(pooled).squeeze(-1),
+                "nodes": batch["nodes"]}
 
     def _grounding(self, nodes, states, groups, question_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """``w_r^z . z_so`` for every (s, o, r) and ``w_a^z . z_sa`` for every (s, a): attention of each node pair
@@ -623,19 +685,10 @@ class GroundedGraphDecoder(Parser):
         """What may exist: edges between present nodes (variables, and the entities the question mentions) with
         a (subject kind, relation, object kind) seen in training, and attributes of present nodes seen on their
         kind. Self-loops stay: 8 MCD1 training queries have one ("Were M1 and M2 influenced by M1")."""
-        present = batch["incidence"].sum(-1) > 0  # [B, N]
+        present, kinds = batch["node_mask"], self.kinds[batch["nodes"]]  # [B, P]
         pairs = present[:, :, None] & present[:, None, :]
-        allowed = self.allowed[:, self.kinds[:, None], self.kinds[None, :]].permute(1, 2, 0)  # [N, N, R]
-        return pairs[..., None] & allowed[None], present[..., None] & self.allowed_attributes[self.kinds][None]
-
-    def _targets(self, batch: dict[str, Any], edges_like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        target = batch["target"]
-        edges = torch.zeros_like(edges_like)
-        n = self.featurizer.n_nodes
-        graph = target.batch[target.edge_index[0]]
-        edges[graph, target.edge_index[0] - graph * n, target.edge_index[1] - graph * n, target.edge_type] = 1.0
-        attributes = target.node_attributes.view(edges.shape[0], n, -1).to(edges.dtype)
-        return edges, attributes
+        allowed = self.allowed[:, kinds[:, :, None], kinds[:, None, :]].permute(1, 2, 3, 0)  # [B, P, P, R]
+        return pairs[..., None] & allowed, present[..., None] & self.allowed_attributes[kinds]
 
     # ----- training and decoding -------------------------------------------------------------------------------
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -643,15 +696,14 @@ class GroundedGraphDecoder(Parser):
         query type; and the number of gold triples outside the candidates, which can never be decoded."""
         if isinstance(batch["target"], str):  # the featurizer's reason this batch has no target graph
             raise FeaturizationError(batch["target"])
-        out = self(batch)
-        edges, attributes = self._targets(batch, out["edges"])
-        loss = sum(F.binary_cross_entropy_with_logits(out[key], target, weight=out[mask].to(target.dtype),
+        out, target = self(batch), batch["target"]
+        loss = sum(F.binary_cross_entropy_with_logits(out[key], target[key], weight=out[mask].to(out[key].dtype),
                                                       reduction="sum")
-                   for key, mask, target in (("edges", "edge_candidates", edges),
-                                             ("attributes", "attribute_candidates", attributes)))
-        loss = loss + F.binary_cross_entropy_with_logits(out["count"], batch["target"].count.float(), reduction="sum")
-        uncoverable = (edges * ~out["edge_candidates"]).sum() + (attributes * ~out["attribute_candidates"]).sum()
-        return loss / edges.shape[0], uncoverable
+                   for key, mask in (("edges", "edge_candidates"), ("attributes", "attribute_candidates")))
+        loss = loss + F.binary_cross_entropy_with_logits(out["count"], target["count"], reduction="sum")
+        uncoverable = (target["absent"] + (target["edges"] * ~out["edge_candidates"]).sum()
+                       + (target["attributes"] * ~out["attribute_candidates"]).sum())
+        return loss / len(target["count"]), uncoverable
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss, uncoverable = self.loss(batch)
@@ -672,7 +724,7 @@ class GroundedGraphDecoder(Parser):
         attributes = attributes.masked_fill((subject_of @ self.implied_types.float()) > 0, 0.0)
         sparql = get_formalism("cfq_sparql")
         programs = []
-        for b in range(edges.shape[0]):
+        for b, slot in enumerate(out["nodes"].tolist()):  # slot[i]: the node slot at place i of the node axis
             chosen_edges = [(s, r, o) for s, o, r in (edges[b] > threshold).nonzero().tolist()]
             chosen_attributes = (attributes[b] > threshold).nonzero().tolist()
             if not chosen_edges and not chosen_attributes:  # a query needs a conjunct: keep the most probable
@@ -682,6 +734,8 @@ class GroundedGraphDecoder(Parser):
                 else:
                     chosen_attributes = [list(map(int, np.unravel_index(int(attributes[b].argmax()),
                                                                          attributes[b].shape)))]
+            chosen_edges = [(slot[s], r, slot[o]) for s, r, o in chosen_edges]
+            chosen_attributes = [(slot[s], a) for s, a in chosen_attributes]
             query = self.featurizer.query(chosen_edges, chosen_attributes, count=bool(out["count"][b] > 0))
             try:
                 programs.append(sparql.unparse(query))

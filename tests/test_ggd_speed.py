@@ -27,5 +27,7 @@ def test_ggd_speed_benchmark_on_smoke(tmp_path):
     assert row["gflops_per_step"] > 0 and 0 < row["flops_share"] < 1
     ggd_speed.main(arguments)
     assert len(read_rows(out)) == 1  # a rerun replaces its row
+    bucketed = ggd_speed.main([*arguments, "data.bucket_by_length=true"])  # batches as a bucketed run forms them
+    assert bucketed["bucketed"] and not row["bucketed"] and len(read_rows(out)) == 2
     with pytest.raises(SystemExit, match="training examples"):
         ggd_speed.main(["debug=smoke", "--batch-size", "8", "--steps", "10", "--out", str(out)])
