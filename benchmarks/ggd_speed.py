@@ -18,7 +18,7 @@ optimiser steps are timed phase by phase, after ``warmup`` untimed ones:
 batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
 ``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
 FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, threads,
-hardware) in ``results/ggd_speed.csv``.
+hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
 
     python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
 """
@@ -41,10 +41,10 @@ from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
-from zoo.train import hardware_string, model_settings  # noqa: E402
+from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
-KEY = ("data", "backbone", "batch_size", "bucketed", "threads", "hardware")
+KEY = ("data", "backbone", "batch_size", "bucketed", "threads", "hardware", "git_commit")
 PHASES = ("collate", "forward", "backward", "optimizer")
 
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
     row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
            "bucketed": bool(pool_batches),
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
-           "hardware": hardware_string(), "steps": args.steps,
+           "hardware": hardware_string(), "git_commit": git_commit(), "steps": args.steps,
            **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},
            "validate_examples_per_s": round(validate_profile(model, list(datamodule.val)[:needed],
                                                              datamodule.eval_batch_size), 1),

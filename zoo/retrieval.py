@@ -232,13 +232,13 @@ def check_settings(settings: DictConfig, train: list[Example], formalism: Formal
 def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """``retrieval=input``: stage 1; ``retrieval=gandr``: stage 1, the fold models, stage 2. Records one row."""
     from zoo.registry import get_dataset
-    from zoo.train import RunConfigError, _git_commit, record
+    from zoo.train import RunConfigError, git_commit, record
 
     if cfg.model.name != "seq2seq":
         raise RunConfigError(f"retrieval={cfg.retrieval.name} augments seq2seq inputs: use model=seq2seq (or "
                              f"model=bert2bert_minilm), not model={cfg.model.name}")
     formalism = get_formalism(get_dataset(cfg.data.name).formalism)
-    commit = _git_commit()
+    commit = git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     datamodule = prepared_data(cfg)

@@ -157,7 +157,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     formalism = formalism or spec.formalism
     model_cls = get_model(cfg.model.name)
     model_cls.check_formalism(formalism)
-    commit = _git_commit()  # the code that trains, read before a long run gives time for new commits
+    commit = git_commit()  # the code that trains, read before a long run gives time for new commits
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
     resume_from = None if cfg.test_only else _resume_path(cfg, checkpoint_dir)
@@ -316,7 +316,7 @@ def _existing_checkpoint(name: str, checkpoint_dir: Path, option: str) -> str:
     return str(path)
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 

@@ -117,14 +117,14 @@ def check_pipeline(name: str, formalism: str) -> tuple[tuple[Stage, ...], Transf
 
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train the stages of ``cfg.ir`` that no earlier run trained, chain them over the test set, record one row."""
-    from zoo.train import RunConfigError, _git_commit, record
+    from zoo.train import RunConfigError, git_commit, record
 
     spec = get_dataset(cfg.data.name)
     if cfg.model.name != "seq2seq":
         raise RunConfigError(f"ir={cfg.ir} needs model=seq2seq (the pipelines chain seq2seq stages), "
                              f"not model={cfg.model.name}")
     stages, transforms = check_pipeline(cfg.ir, spec.formalism)
-    commit = _git_commit()
+    commit = git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     datamodule = prepared_data(cfg)
