@@ -31,7 +31,9 @@ is a constant (``?x0 a film.film``, ``?x0 people.person.gender m_05zppz``) are *
    relation is grounded in a part of its word only, where the group sum of §3.2 gives each its whole word;
 5. trains on the binary cross-entropy of Eq. 2 over all candidate triples and attributes, plus the query type
    (``SELECT DISTINCT ?x0`` or ``SELECT count ( * )``), and decodes every triple with probability above a
-   threshold: 0.5, or with ``tune_threshold`` the one with the best dev exact match (``on_test_start``).
+   threshold and every attribute above another: 0.5, or with ``tune_threshold`` the pair with the best dev exact
+   match (``on_test_start``; counted for every pair at once by ``exact_by_thresholds``, which also gives each
+   validation's ``val/exact_match_tuned``, the checkpoint choice of ``selection_metric=exact_match_tuned``).
 
 The scoring is vectorised over all (s, r, o) of a batch: ``w_r^T [h_s, h_o, z_so]`` splits into a subject term, an
 object term and a grounding term, and the grounding term is ``sum_k alpha_so^k (w_r^z . nu_k)``, so no tensor of
@@ -489,23 +491,24 @@ class GGDFeaturizer(Featurizer):
     def _target_tensors(self, targets: list[dict[str, Any]], position: np.ndarray,
                         n_present: int) -> dict[str, torch.Tensor]:
         """The gold graphs on the batch's node axis: ``edges`` [B, P, P, R] and ``attributes`` [B, P, A] (0/1),
-        ``count`` [B], and ``absent``, the number of gold triples and attributes on a node the question lacks
+        ``count`` [B], and ``absent`` [B], the number of gold triples and attributes on a node the question lacks
         (an entity it does not mention, a variable ``variables="gold"`` left out), which can never be decoded."""
         batch_size = len(targets)
-        b, edges = _rows(targets, "edges")
+        b_edges, edges = _rows(targets, "edges")
         s, r, o = edges.T
-        s, o = position[b, s], position[b, o]
+        s, o = position[b_edges, s], position[b_edges, o]
         edges_here = (s >= 0) & (o >= 0)
         edges = torch.zeros(batch_size, n_present, n_present, len(self.relations))
-        edges[tuple(torch.from_numpy(x[edges_here]) for x in (b, s, o, r))] = 1.0
-        b, attributes = _rows(targets, "attributes")
+        edges[tuple(torch.from_numpy(x[edges_here]) for x in (b_edges, s, o, r))] = 1.0
+        b_attributes, attributes = _rows(targets, "attributes")
         s, a = attributes.T
-        s = position[b, s]
+        s = position[b_attributes, s]
         attributes_here = s >= 0
         attributes = torch.zeros(batch_size, n_present, len(self.attributes))
-        attributes[tuple(torch.from_numpy(x[attributes_here]) for x in (b, s, a))] = 1.0
+        attributes[tuple(torch.from_numpy(x[attributes_here]) for x in (b_attributes, s, a))] = 1.0
         return {"edges": edges, "attributes": attributes,
-                "absent": int((~edges_here).sum() + (~attributes_here).sum()),
+                "absent": torch.from_numpy(np.bincount(b_edges[~edges_here], minlength=batch_size)
+                                           + np.bincount(b_attributes[~attributes_here], minlength=batch_size)),
                 "count": torch.tensor([target["count"] for target in targets], dtype=torch.float)}
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
@@ -576,15 +579,19 @@ class GroundedGraphDecoder(Parser):
 
     def __init__(self, featurizer: GGDFeaturizer, formalism: str, embedding_dim: int = 16, hidden_size: int = 32,
                  num_layers: int = 3, dropout: float = 0.0, grounding: bool = True, attention_dim: int = 64,
-                 attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5, tune_threshold: bool = True,
+                 attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5,
+                 attribute_threshold: float | None = None, tune_threshold: bool = True,
                  lr: float = 5e-3, weight_decay: float = 0.0, warmup_epochs: float = 0.0,
                  selection_metric: str = "exact_match"):
         super().__init__(featurizer, formalism)
         if attention_heads < 1:
             raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
-        if selection_metric not in ("exact_match", "emr"):
-            raise ValueError(f"model.params.selection_metric must be 'exact_match' or 'emr', not {selection_metric!r}")
-        self.primary_metric = selection_metric  # what chooses the checkpoint and the threshold on dev
+        if selection_metric not in self.SELECTION_METRICS:
+            raise ValueError(f"model.params.selection_metric must be one of {', '.join(self.SELECTION_METRICS)}, "
+                             f"not {selection_metric!r}")
+        self.primary_metric = selection_metric  # what chooses the checkpoint and the thresholds on dev
+        self._threshold_tally = torch.zeros(len(self.THRESHOLDS), len(self.THRESHOLDS), dtype=torch.long)
+        self._tallied = 0
         self.save_hyperparameters(ignore=["featurizer"])
         n_relations, n_attributes = len(featurizer.relations), len(featurizer.attributes)
         self.word_embedding = nn.Embedding(len(featurizer.words), embedding_dim, padding_idx=0)
@@ -701,7 +708,7 @@ class GroundedGraphDecoder(Parser):
                                                       reduction="sum")
                    for key, mask in (("edges", "edge_candidates"), ("attributes", "attribute_candidates")))
         loss = loss + F.binary_cross_entropy_with_logits(out["count"], target["count"], reduction="sum")
-        uncoverable = (target["absent"] + (target["edges"] * ~out["edge_candidates"]).sum()
+        uncoverable = (target["absent"].sum() + (target["edges"] * ~out["edge_candidates"]).sum()
                        + (target["attributes"] * ~out["attribute_candidates"]).sum())
         return loss / len(target["count"]), uncoverable
 
@@ -713,11 +720,20 @@ class GroundedGraphDecoder(Parser):
 
     @torch.no_grad()
     def parse(self, batch: dict[str, Any]) -> list[str]:
-        return self.decode(self(batch), self.hparams.threshold)
+        return self.decode(self(batch), *self.thresholds)
 
-    def decode(self, out: dict[str, torch.Tensor], threshold: float) -> list[str]:
-        """The queries of ``forward``'s scores: every candidate triple and attribute above ``threshold``, less the
-        types the chosen triples imply (``GGDFeaturizer.implied_types``), which CFQ leaves out."""
+    @property
+    def thresholds(self) -> tuple[float, float]:
+        """The decision thresholds of edges and of attributes (``attribute_threshold``; None: the edges')."""
+        attribute = self.hparams.get("attribute_threshold")  # (absent from older checkpoints)
+        return self.hparams.threshold, self.hparams.threshold if attribute is None else attribute
+
+    def decode(self, out: dict[str, torch.Tensor], threshold: float,
+               attribute_threshold: float | None = None) -> list[str]:
+        """The queries of ``forward``'s scores: every candidate triple above ``threshold`` and attribute above
+        ``attribute_threshold`` (None: ``threshold``), less the types the chosen triples imply
+        (``GGDFeaturizer.implied_types``), which CFQ leaves out."""
+        attribute_threshold = threshold if attribute_threshold is None else attribute_threshold
         edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
         attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
         subject_of = (edges > threshold).any(dim=2).float()  # [B, S, R]
@@ -726,7 +742,7 @@ class GroundedGraphDecoder(Parser):
         programs = []
         for b, slot in enumerate(out["nodes"].tolist()):  # slot[i]: the node slot at place i of the node axis
             chosen_edges = [(s, r, o) for s, o, r in (edges[b] > threshold).nonzero().tolist()]
-            chosen_attributes = (attributes[b] > threshold).nonzero().tolist()
+            chosen_attributes = (attributes[b] > attribute_threshold).nonzero().tolist()
             if not chosen_edges and not chosen_attributes:  # a query needs a conjunct: keep the most probable
                 if edges[b].max() >= attributes[b].max():
                     s, o, r = np.unravel_index(int(edges[b].argmax()), edges[b].shape)
@@ -744,31 +760,98 @@ class GroundedGraphDecoder(Parser):
         return programs
 
     THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 11))  # 0.05 .. 0.5
+    SELECTION_METRICS = ("exact_match", "exact_match_tuned", "emr")
+
+    @torch.no_grad()
+    def exact_by_thresholds(self, out: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[T, T]: how many of the batch's questions ``decode`` gets exactly right at each (edge threshold,
+        attribute threshold) of ``THRESHOLDS``, without decoding. A question is right when its query type is and
+        the thresholds lie between its highest wrong and its lowest gold probability, for edges and for attributes
+        (whose implied types, ``decode``, are those of the gold edges there), or, for a one-conjunct gold query,
+        when nothing passes and the fallback keeps its conjunct. Questions without a target graph count wrong."""
+        edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
+        attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
+        gold_edges, gold_attributes = target["edges"] > 0, target["attributes"] > 0
+        implied = (gold_edges.any(dim=2).float() @ self.implied_types.float()) > 0  # [B, S, A]
+        kept_attributes = attributes.masked_fill(implied, 0.0)
+
+        def window(p: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """Per question, [highest non-gold, lowest gold) probability: the thresholds that keep exactly gold."""
+            dims = tuple(range(1, p.dim()))
+            return p.masked_fill(gold, 0.0).amax(dims), p.masked_fill(~gold, 2.0).amin(dims)
+
+        t = torch.tensor(self.THRESHOLDS, device=edges.device)[None, :]
+        (edge_low, edge_high), (attribute_low, attribute_high) = (window(edges, gold_edges),
+                                                                 window(kept_attributes, gold_attributes))
+        right = (((edge_low[:, None] <= t) & (t < edge_high[:, None]))[:, :, None]
+                 & ((attribute_low[:, None] <= t) & (t < attribute_high[:, None]))[:, None, :])
+        # nothing passes: decode keeps the most probable triple or attribute (ties: the triple)
+        top_edge, top_attribute = edges.flatten(1).amax(1), attributes.flatten(1).amax(1)
+        gold_on_top = torch.where(top_edge >= top_attribute,
+                                  (edges * gold_edges).flatten(1).amax(1) == top_edge,
+                                  (attributes * gold_attributes).flatten(1).amax(1) == top_attribute)
+        one_conjunct = gold_edges.flatten(1).sum(1) + gold_attributes.flatten(1).sum(1) == 1
+        fallback = ((one_conjunct & gold_on_top)[:, None, None] & (t >= top_edge[:, None])[:, :, None]
+                    & (t >= top_attribute[:, None])[:, None, :])
+        possible = (target["absent"] == 0) & ((out["count"] > 0) == (target["count"] > 0))
+        return ((right | fallback) & possible[:, None, None]).sum(0)
+
+    def best_thresholds(self, tally: torch.Tensor) -> tuple[float, float, int]:
+        """The (edge, attribute) threshold pair with the most exact questions in ``tally`` (ties: the higher
+        edge threshold, then the higher attribute threshold), and that count."""
+        flat = tally.flatten().tolist()
+        index = max(range(len(flat)), key=lambda i: (flat[i], i))  # row-major: later is higher
+        n = len(self.THRESHOLDS)
+        return self.THRESHOLDS[index // n], self.THRESHOLDS[index % n], flat[index]
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """The scores at the current thresholds (``val/exact_match``, ``val/emr``), and the exact match at the best
+        threshold pair of this epoch (``val/exact_match_tuned``, ``exact_by_thresholds``)."""
+        out = self(batch)
+        self._score(batch, self.decode(out, *self.thresholds), self.val_metrics)
+        if not isinstance(batch["target"], str):
+            self._threshold_tally = self._threshold_tally.to(self.device) + self.exact_by_thresholds(out,
+                                                                                                     batch["target"])
+        self._tallied += len(batch["examples"])
+
+    def on_validation_epoch_end(self) -> None:
+        tally = self.trainer.strategy.reduce(self._threshold_tally.float(), reduce_op="sum")
+        seen = self.trainer.strategy.reduce(torch.tensor(float(self._tallied), device=self.device), reduce_op="sum")
+        self._threshold_tally, self._tallied = torch.zeros_like(self._threshold_tally), 0
+        if seen > 0:
+            self.log("val/exact_match_tuned", self.best_thresholds(tally)[2] / float(seen), prog_bar=True)
 
     @torch.no_grad()
     def on_test_start(self) -> None:
-        """With ``tune_threshold``, decode the test set with the threshold among ``THRESHOLDS`` that gives the
-        best dev exact match (``selection_metric``; ties: the higher), the checkpoint being the one selected on dev
-        too. Every triple is an independent Bernoulli event, and a query is exact only when all of its many triples
-        are right, so the threshold that maximises query exact match is not 0.5: missed triples cost more than extra
-        ones."""
+        """With ``tune_threshold``, decode the test set with the thresholds among ``THRESHOLDS`` that give the
+        best dev score of ``selection_metric`` (ties: the higher), the checkpoint being the one selected on dev
+        too: for exact match, an edge and an attribute threshold together (``exact_by_thresholds``); for ``emr``,
+        one threshold for both, by decoding dev at each. Every triple is an independent Bernoulli event, and a query
+        is exact only when all of its many triples are right, so the thresholds that maximise query exact match are
+        not 0.5: missed triples cost more than extra ones."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if not self.hparams.tune_threshold or datamodule is None or not datamodule.val:
             return
-        correct = dict.fromkeys(self.THRESHOLDS, 0)
+        n = len(self.THRESHOLDS)
+        tally = torch.zeros(n, n, dtype=torch.long)
         for batch in datamodule.val_dataloader():
             batch = datamodule.transfer_batch_to_device(batch, self.device, 0)
             out = self(batch)
-            for threshold in self.THRESHOLDS:
-                scores = self.scorer.score_batch(self.decode(out, threshold), batch["examples"])
-                correct[threshold] += sum(getattr(score, self.primary_metric) for score in scores)
-        self.hparams.threshold = max(self.THRESHOLDS, key=lambda t: (correct[t], t))
-        log.info("decision threshold %.2f, chosen on dev (%s by threshold: %s)", self.hparams.threshold,
-                 self.primary_metric, {t: round(correct[t] / len(datamodule.val), 4) for t in self.THRESHOLDS})
+            if self.primary_metric == "emr":
+                for i, threshold in enumerate(self.THRESHOLDS):
+                    scores = self.scorer.score_batch(self.decode(out, threshold), batch["examples"])
+                    tally[i, i] += sum(score.emr for score in scores)
+            elif not isinstance(batch["target"], str):
+                tally += self.exact_by_thresholds(out, batch["target"]).cpu()
+        edge, attribute, right = self.best_thresholds(tally)
+        self.hparams.threshold, self.hparams.attribute_threshold = edge, attribute
+        log.info("decision thresholds %.2f (edges), %.2f (attributes), chosen on dev: %s %.4f", edge, attribute,
+                 "emr" if self.primary_metric == "emr" else "exact match", right / len(datamodule.val))
 
     def on_test_epoch_end(self) -> None:
         super().on_test_epoch_end()
-        self.log("test/threshold", float(self.hparams.threshold))  # the results row records what decoded the test
+        edge, attribute = self.thresholds  # the results row records what decoded the test
+        self.log_dict({"test/threshold": float(edge), "test/attribute_threshold": float(attribute)})
 
     def configure_optimizers(self):
         """AdamW; with ``warmup_epochs`` the reference schedule: linear warm-up, then cosine decay to zero."""

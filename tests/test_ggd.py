@@ -168,25 +168,56 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads):
         GroundedGraphDecoder(featurizer, "cfq_sparql", attention_heads=0)
 
 
-def test_decision_threshold_is_chosen_on_dev(monkeypatch):
+def test_decision_thresholds_are_chosen_on_dev(monkeypatch):
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
                                  attention_dim=8)
     batch = {**featurizer.collate([featurizer.encode(e) for e in EXAMPLES]), "examples": EXAMPLES}
     model.trainer = SimpleNamespace(datamodule=SimpleNamespace(
         val=EXAMPLES, val_dataloader=lambda: [batch], transfer_batch_to_device=lambda b, device, index: b))
-    wrong = "SELECT count ( * ) WHERE { M0 a film.film }"
+    index = {t: i for i, t in enumerate(model.THRESHOLDS)}
+    tally = torch.zeros(len(index), len(index), dtype=torch.long)
+    tally[index[0.3], index[0.1]] = tally[index[0.2], index[0.45]] = 3  # exact questions at (edge, attribute)
+    monkeypatch.setattr(model, "exact_by_thresholds", lambda out, target: tally)
+    model.on_test_start()
+    assert model.thresholds == (0.3, 0.1)  # chosen together; a tie goes to the higher edge threshold
+    model.hparams.selection_metric = model.primary_metric = "emr"  # the authors' protocol: one threshold, by emr
+    wrong = "SELECT count ( * ) WHERE { M0 film.director.film M1 }"  # wrong under emr too (a relation)
     right_at = {0.3: 3, 0.35: 2, 0.5: 2}  # dev questions decoded right at each threshold
     monkeypatch.setattr(model, "decode", lambda out, threshold: [
         e.program if i < right_at.get(threshold, 0) else wrong for i, e in enumerate(EXAMPLES)])
     model.on_test_start()
-    assert model.hparams.threshold == 0.3
-    right_at = {0.3: 2, 0.35: 2}  # a tie goes to the higher threshold
+    assert model.thresholds == (0.3, 0.3)
+    model.hparams.tune_threshold, model.hparams.threshold, model.hparams.attribute_threshold = False, 0.5, None
     model.on_test_start()
-    assert model.hparams.threshold == 0.35
-    model.hparams.tune_threshold, model.hparams.threshold = False, 0.5
-    model.on_test_start()
-    assert model.hparams.threshold == 0.5
+    assert model.thresholds == (0.5, 0.5)
+
+
+def test_exact_match_by_threshold_pair_agrees_with_decoding():
+    """``exact_by_thresholds`` counts, without decoding, the questions ``decode`` gets right at each (edge,
+    attribute) threshold pair, the fallback of a query where nothing passes included."""
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4).eval()
+    batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
+    out, target = model(batch), batch["target"]
+    generator = torch.Generator().manual_seed(0)
+    gold = [SPARQL.canonical(e.program) for e in EXAMPLES]
+    agreed = 0
+    for trial in range(24):  # gold scores above wrong ones on average, each scaled and shifted at random
+        scale, shift = 1 + 6 * torch.rand(2, generator=generator), -4 * torch.rand(1, generator=generator)
+        for key, s in (("edges", scale[0]), ("attributes", scale[1])):
+            noise = torch.randn(out[key].shape, generator=generator)
+            out[key] = (2 * target[key] - 1) * s + noise + shift
+        out["count"] = (2 * target["count"] - 1) * (1 if trial % 6 else -1)  # some with the query type wrong
+        tally = model.exact_by_thresholds(out, target)
+        for i, edge in enumerate(model.THRESHOLDS):
+            for j, attribute in enumerate(model.THRESHOLDS):
+                decoded = [SPARQL.canonical(p) for p in model.decode(out, edge, attribute)]
+                right = sum(d == g for d, g in zip(decoded, gold))
+                assert tally[i, j] == right, (trial, edge, attribute)
+                agreed += right
+    assert agreed > 0  # the trials reach thresholds where questions are right
+    assert model.best_thresholds(tally)[2] == tally.max()
 
 
 def _overfit(examples, steps=1200):

@@ -150,10 +150,13 @@ class Parser(L.LightningModule):
     def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection
                   ) -> tuple[list[str], list[dict[str, Any]], list[ExampleScore]]:
         predictions, details = self.parse_with_details(batch)
+        return predictions, details, self._score(batch, predictions, metrics)
+
+    def _score(self, batch: dict[str, Any], predictions: list[str], metrics: MetricCollection) -> list[ExampleScore]:
         scores = self.scorer.score_batch(predictions, batch["examples"])
         metrics.update(scores)
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(scores))
-        return predictions, details, scores
+        return scores
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
