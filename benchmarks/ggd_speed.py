@@ -17,10 +17,11 @@ optimiser steps are timed phase by phase, after ``warmup`` untimed ones:
 ``validate`` times the scoring and decoding (at the configured threshold) of as many validation examples, in
 batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
 ``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
-FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, threads,
-hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
+FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, precision,
+threads, hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
 
     python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
+    python benchmarks/ggd_speed.py +trainer.precision=bf16-mixed  # the forward pass under bfloat16 autocast
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
-KEY = ("data", "backbone", "batch_size", "bucketed", "threads", "hardware", "git_commit")
+KEY = ("data", "backbone", "batch_size", "bucketed", "precision", "threads", "hardware", "git_commit")
 PHASES = ("collate", "forward", "backward", "optimizer")
 
 
@@ -67,8 +68,9 @@ def training_batches(featurizer, examples: list, batch_size: int, n_batches: int
     return [[encoded[i] for i in batch] for batch in order[:n_batches]], encode_seconds
 
 
-def train_profile(model, encoded: list[list[dict]], warmup: int) -> dict[str, float]:
-    """Seconds per step of each of ``PHASES`` over the batches after the first ``warmup``, and FLOPs per step."""
+def train_profile(model, encoded: list[list[dict]], warmup: int, bf16: bool = False) -> dict[str, float]:
+    """Seconds per step of each of ``PHASES`` over the batches after the first ``warmup``, and FLOPs per step;
+    with ``bf16`` the forward pass under bfloat16 autocast, as Lightning's ``precision=bf16-mixed`` runs it."""
     featurizer = model.featurizer
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=model.hparams.lr)
@@ -77,7 +79,8 @@ def train_profile(model, encoded: list[list[dict]], warmup: int) -> dict[str, fl
         marks = [time.perf_counter()]
         batch = featurizer.collate(items)
         marks.append(time.perf_counter())
-        loss, _ = model.loss(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _ = model.loss(batch)
         marks.append(time.perf_counter())
         loss.backward()
         marks.append(time.perf_counter())
@@ -138,11 +141,15 @@ def main(argv: list[str] | None = None) -> dict:
     pool_batches = datamodule.bucket_pool_batches if datamodule.bucket_by_length else None
     batches, encode_seconds = training_batches(model.featurizer, train, batch_size, args.warmup + args.steps,
                                                pool_batches, cfg.seed)
-    profile = {"encode_ms_per_example": 1e3 * encode_seconds, **train_profile(model, batches, args.warmup)}
+    precision = str(cfg.trainer.get("precision", "32-true"))
+    if precision not in ("32-true", "32", "bf16-mixed"):
+        sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
+    profile = {"encode_ms_per_example": 1e3 * encode_seconds,
+               **train_profile(model, batches, args.warmup, bf16=precision == "bf16-mixed")}
     peak = matmul_flops_per_s()
     seconds_per_step = batch_size / profile["examples_per_s"]
     row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
-           "bucketed": bool(pool_batches),
+           "bucketed": bool(pool_batches), "precision": precision,
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
            "hardware": hardware_string(), "git_commit": git_commit(), "steps": args.steps,
            **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},

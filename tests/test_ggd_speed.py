@@ -27,7 +27,9 @@ def test_ggd_speed_benchmark_on_smoke(tmp_path):
     assert row["gflops_per_step"] > 0 and 0 < row["flops_share"] < 1
     ggd_speed.main(arguments)
     assert len(read_rows(out)) == 1  # a rerun replaces its row
-    bucketed = ggd_speed.main([*arguments, "data.bucket_by_length=true"])  # batches as a bucketed run forms them
+    # batches as a bucketed run forms them, the forward pass under bfloat16 autocast
+    bucketed = ggd_speed.main([*arguments, "data.bucket_by_length=true", "+trainer.precision=bf16-mixed"])
     assert bucketed["bucketed"] and not row["bucketed"] and len(read_rows(out)) == 2
+    assert (row["precision"], bucketed["precision"]) == ("32-true", "bf16-mixed") and bucketed["examples_per_s"] > 0
     with pytest.raises(SystemExit, match="training examples"):
         ggd_speed.main(["debug=smoke", "--batch-size", "8", "--steps", "10", "--out", str(out)])
