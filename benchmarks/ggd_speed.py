@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
         cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides, f"data.batch_size={args.batch_size}"])
     if cfg.model.name != "ggd":
         sys.exit(f"error: model={cfg.model.name}: this benchmark measures GGD")
+    precision = str(cfg.trainer.get("precision", "32-true"))
+    if precision not in ("32-true", "32", "bf16-mixed"):
+        sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
     torch.manual_seed(cfg.seed)
     datamodule = prepared_data(cfg)
     params, featurizer = model_settings(cfg)
@@ -141,9 +144,6 @@ def main(argv: list[str] | None = None) -> dict:
     pool_batches = datamodule.bucket_pool_batches if datamodule.bucket_by_length else None
     batches, encode_seconds = training_batches(model.featurizer, train, batch_size, args.warmup + args.steps,
                                                pool_batches, cfg.seed)
-    precision = str(cfg.trainer.get("precision", "32-true"))
-    if precision not in ("32-true", "32", "bf16-mixed"):
-        sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
     profile = {"encode_ms_per_example": 1e3 * encode_seconds,
                **train_profile(model, batches, args.warmup, bf16=precision == "bf16-mixed")}
     peak = matmul_flops_per_s()
