@@ -728,14 +728,19 @@ class GroundedGraphDecoder(Parser):
         attribute = self.hparams.get("attribute_threshold")  # (absent from older checkpoints)
         return self.hparams.threshold, self.hparams.threshold if attribute is None else attribute
 
+    @staticmethod
+    def probabilities(out: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward``'s edge and attribute probabilities, 0 outside the candidates (no threshold passes them)."""
+        return (torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0),
+                torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0))
+
     def decode(self, out: dict[str, torch.Tensor], threshold: float,
                attribute_threshold: float | None = None) -> list[str]:
         """The queries of ``forward``'s scores: every candidate triple above ``threshold`` and attribute above
         ``attribute_threshold`` (None: ``threshold``), less the types the chosen triples imply
         (``GGDFeaturizer.implied_types``), which CFQ leaves out."""
         attribute_threshold = threshold if attribute_threshold is None else attribute_threshold
-        edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
-        attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
+        edges, attributes = self.probabilities(out)
         subject_of = (edges > threshold).any(dim=2).float()  # [B, S, R]
         attributes = attributes.masked_fill((subject_of @ self.implied_types.float()) > 0, 0.0)
         sparql = get_formalism("cfq_sparql")
@@ -769,8 +774,7 @@ class GroundedGraphDecoder(Parser):
         the thresholds lie between its highest wrong and its lowest gold probability, for edges and for attributes
         (whose implied types, ``decode``, are those of the gold edges there), or, for a one-conjunct gold query,
         when nothing passes and the fallback keeps its conjunct. Questions without a target graph count wrong."""
-        edges = torch.sigmoid(out["edges"]).masked_fill(~out["edge_candidates"], 0.0)
-        attributes = torch.sigmoid(out["attributes"]).masked_fill(~out["attribute_candidates"], 0.0)
+        edges, attributes = self.probabilities(out)
         gold_edges, gold_attributes = target["edges"] > 0, target["attributes"] > 0
         implied = (gold_edges.any(dim=2).float() @ self.implied_types.float()) > 0  # [B, S, A]
         kept_attributes = attributes.masked_fill(implied, 0.0)
