@@ -1,8 +1,10 @@
 """benchmarks/run.py end to end on debug=smoke: the results row, predictions, resume, and bad input."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+from datetime import datetime
 
 import lightning.pytorch as L
 import pytest
@@ -101,6 +103,16 @@ def test_resume_true_starts_resumes_or_skips_a_finished_run(tmp_path):
         run(smoke(tmp_path, *overrides[:-1], "protocol=p2"), run_dir)
     run(smoke(tmp_path, *overrides[:-1], "protocol=p2", "overwrite=true"), run_dir)  # another protocol runs
     assert [r["protocol"] for r in read_rows(tmp_path / "runs.csv")] == ["p1", "p2"]
+
+    # p2's checkpoints moved aside; a p3 launch there is interrupted, so its checkpoints come after p2's row
+    shutil.move(run_dir / "checkpoints", tmp_path / "p2-checkpoints")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(smoke(tmp_path, *overrides[:-1], "protocol=p3", "+callbacks.crash._target_=test_train.CrashAfterSteps",
+                  "+callbacks.crash.steps=4"), run_dir)
+    finished = datetime.fromisoformat(read_rows(tmp_path / "runs.csv")[-1]["time"]).timestamp()
+    os.utime(run_dir / "checkpoints" / "last.ckpt", (finished + 60, finished + 60))  # as if saved a minute later
+    row = run(smoke(tmp_path, *overrides[:-1], "protocol=p3"), run_dir)  # resumed, not refused
+    assert row["resumed"] is True and row["protocol"] == "p3"
 
 
 def test_test_only_retests_the_best_checkpoint_without_training(tmp_path):

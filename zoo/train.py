@@ -130,7 +130,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         if same := [row for row in rows if row.get("protocol", "") == protocol]:
             log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, same[-1]["time"])
             return same[-1]
-        if rows and any((Path(run_dir) / "checkpoints").glob("*.ckpt")) and not cfg.overwrite:
+        if rows and not cfg.overwrite and not _interrupted_since(rows[-1], Path(run_dir)):
             raise RunConfigError(  # its last.ckpt is another recipe's end, not an interrupted run of this one
                 f"resume=true: {run_dir} holds a finished run of protocol {rows[-1].get('protocol') or '(none)'}, "
                 f"not {protocol or '(none)'}: move it aside, or overwrite=true to train this one there")
@@ -278,6 +278,17 @@ def record(cfg: DictConfig, run_dir: Path, row: dict[str, Any]) -> None:
 def results_path(cfg: DictConfig, run_dir: Path) -> Path:
     results_file = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
     return results_file if results_file.is_absolute() else REPO_ROOT / results_file
+
+
+def _interrupted_since(finished: dict[str, str], run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds no checkpoint, or a last.ckpt written after the ``finished`` row: a later launch
+    that was interrupted (the finished run's own checkpoints were moved aside), not that run's end state."""
+    checkpoints = run_dir / "checkpoints"
+    if not any(checkpoints.glob("*.ckpt")):
+        return True
+    last = checkpoints / "last.ckpt"
+    # the row's time has whole seconds and comes after its run's last save: a second's margin
+    return last.is_file() and last.stat().st_mtime > datetime.fromisoformat(finished["time"]).timestamp() + 1
 
 
 def finished_rows(cfg: DictConfig, run_dir: Path) -> list[dict[str, str]]:
