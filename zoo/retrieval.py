@@ -110,7 +110,14 @@ class Retriever:
 
 
 def _top(scores: np.ndarray, depth: int) -> list[int]:
-    candidates = np.argpartition(-scores, depth - 1)[:depth] if depth < len(scores) else np.arange(len(scores))
+    """The ``depth`` highest scores' indices, highest first, ties in index order. A partial sort finds the cut
+    value in linear time; the examples tied at the cut are then taken in index order, not as the partition left
+    them, so a shallower ranking is always a prefix of a deeper one."""
+    candidates = np.arange(len(scores))
+    if depth < len(scores):
+        cut = -np.partition(-scores, depth - 1)[depth - 1]
+        above = np.flatnonzero(scores > cut)
+        candidates = np.concatenate([above, np.flatnonzero(scores == cut)[:depth - len(above)]])
     return candidates[np.lexsort((candidates, -scores[candidates]))].tolist()
 
 
