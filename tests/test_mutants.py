@@ -1,0 +1,236 @@
+"""Tests written against plausible bugs in the core logic that the rest of the suite let through (issue 25): each
+test fails on one such bug (named in its docstring) and passes on the code as it is."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import lightning.pytorch as L
+
+from conftest import DATA_ROOT, compose_run, needs_mirror
+from datamodules.text2sql import read_text2sql
+from zoo.formalisms import get_formalism
+from zoo.ir import IRError, get_ir
+from zoo.metrics import DenotationAccuracy, Scorer
+from zoo.retrieval import _CHUNK, Retriever
+from zoo.types import Example
+
+SQL = get_formalism("sql")
+
+
+# ----- scoring: the gold denotation depends on the example's variables ---------------------------------------------
+CAPITAL = 'SELECT STATEalias0.CAPITAL FROM STATE AS STATEalias0 WHERE STATEalias0.STATE_NAME = "state_name0" ;'
+
+
+def _capitals_world(tmp_path):
+    dump = tmp_path / "capitals.sql"
+    dump.write_text("CREATE TABLE `state` (\n  `state_name` text,\n  `capital` text\n);\n"
+                    "INSERT INTO `state` VALUES ('texas','austin'),('ohio','columbus');\n")
+    return SQL.load_world(dump)
+
+
+def test_gold_denotations_of_one_anonymised_query_differ_with_its_variables(tmp_path):
+    """Text-to-SQL paraphrases and questions of one template share an anonymised gold query and differ in
+    ``meta["variables"]``; a gold cache keyed by the program alone would score the second against the first's
+    answer."""
+    scorer = Scorer(SQL, _capitals_world(tmp_path))
+    texas, ohio = ({"variables": {"state_name0": name}} for name in ("texas", "ohio"))
+    examples = [Example("capital of state_name0", CAPITAL, texas), Example("capital of state_name0", CAPITAL, ohio)]
+    hard_coded_texas = CAPITAL.replace('"state_name0"', '"texas"')
+    scores = scorer.score_batch([CAPITAL, CAPITAL, hard_coded_texas, hard_coded_texas], examples + examples)
+    assert [s.denotation for s in scores] == [True, True, True, False]
+    metric = DenotationAccuracy()
+    metric.update(scores)
+    assert metric.compute().item() == pytest.approx(0.75)
+
+
+# ----- text-to-SQL reading: each paraphrase keeps its own variables -----------------------------------------------
+def test_each_paraphrase_of_a_text2sql_query_keeps_its_own_variables(tmp_path):
+    """The sentences of one query carry different values; giving every paraphrase the first sentence's variables
+    would execute the gold query with the wrong state."""
+    path = tmp_path / "geography.json"
+    path.write_text(json.dumps([{"query-split": "train", "sql": [CAPITAL], "sentences": [
+        {"question-split": "train", "text": "capital of state_name0", "variables": {"state_name0": "texas"}},
+        {"question-split": "test", "text": "what is state_name0 's capital", "variables": {"state_name0": "ohio"}},
+    ]}]))
+    by_query, by_question = read_text2sql(path, "query-split"), read_text2sql(path, "question-split")
+    for first, second in (by_query["train"], (by_question["train"][0], by_question["test"][0])):
+        assert first.meta["variables"] == {"state_name0": "texas"}
+        assert second.meta["variables"] == {"state_name0": "ohio"}
+        assert second.utterance == "what is state_name0 's capital" and second.meta["sentence_index"] == 1
+
+
+# ----- FunQL: a city name with no state names every city of that name ---------------------------------------------
+@needs_mirror
+def test_count_of_a_city_name_counts_every_city_of_that_name():
+    """city/4 has springfield in il, ma, mo and oh: ``count`` counts the four cities, not one name or one value."""
+    funql = get_formalism("funql")
+    world = funql.load_world(DATA_ROOT / "geoquery_funql" / "geobase.pl")
+    assert funql.execute("answer ( count ( cityid ( 'springfield', _ ) ) )", world) == {4.0}
+    assert funql.execute("answer ( count ( cityid ( 'springfield', 'il' ) ) )", world) == {1.0}
+
+
+# ----- IRs: malformed IRs are refused, join conditions dropped wherever they stand ------------------------------
+SPARQL_RIR_FITTED_ON = ["SELECT DISTINCT ?x0 WHERE { ?x0 marriage.spouses M2 . ?x0 marriage.spouses M3 . "
+                        "FILTER ( ?x0 != M2 ) }"]
+
+
+@pytest.mark.parametrize("ir, found", [
+    ("SELECT DISTINCT ?x0 WHERE { ( ?x0 spouses ( M2 , M3 ) }", "'}'"),  # the conjunct's ')' missing
+    ("SELECT DISTINCT ?x0 WHERE { ( ?x0 spouses ( M2 , M3 ) . FILTER ( ?x0 != M2 ) }", "'.'"),
+    ("SELECT DISTINCT ?x0 WHERE { ( ?x0 spouses ( M2 , M3 ) ) . FILTER ( ?x0 != M2 }", "'}'"),
+])
+def test_sparql_rir_with_a_bracket_missing_is_refused(ir, found):
+    """A predicted RIR whose conjunct or filter lacks its closing bracket is malformed: the inverse must say so
+    rather than read the next token as the bracket."""
+    rir = get_ir("rir", "cfq_sparql").fit(SPARQL_RIR_FITTED_ON)
+    with pytest.raises(IRError, match=f"expected '\\)' at token \\d+, found {found}"):
+        rir.inverse(ir)
+    with pytest.raises(IRError, match="expected a body"):
+        rir.inverse("SELECT DISTINCT ?x0 WHERE { ( ?x0 spouses ( M2 ) )")
+
+
+@pytest.mark.parametrize("where, kept", [
+    ('A0.K = B0.K AND B0.Y = "v"', 'table.Y = "v"'),  # first: the AND after it goes
+    ('B0.Y = "v" AND A0.K = B0.K', 'table.Y = "v"'),  # last: the AND before it goes
+    ('A0.K = B0.K AND A0.J = B0.J AND B0.Y = "v"', 'table.Y = "v"'),
+    ('B0.Y = "v" AND A0.K = B0.K AND A0.Z > 3', 'table.Y = "v" AND table.Z > 3'),
+])
+def test_sql_lir_drops_a_join_condition_wherever_it_stands(where, kept):
+    lir = get_ir("lir", "sql")
+    assert lir.forward(f"SELECT A0.X FROM A AS A0 , B AS B0 WHERE {where} ;") == f"SELECT table.X FROM alias WHERE {kept}"
+
+
+# ----- retrieval: nobody retrieves itself, in any chunk of queries --------------------------------------------------
+def test_self_exclusion_holds_beyond_the_first_chunk_of_queries():
+    """Queries are scored ``_CHUNK`` at a time; each query's own index must be left out in every chunk, not only in
+    the first (each utterance is most similar to itself, so a miss shows at rank 0)."""
+    n = 2 * _CHUNK + 7
+    pool = [Example(f"show word{i} and word{(i * 7) % n} please", f"p{i}") for i in range(n)]
+    retriever = Retriever(pool)
+    ranked = retriever.ranked([e.utterance for e in pool], exclude=range(n), depth=3)
+    assert len(ranked) == n
+    assert [i for i, ranking in enumerate(ranked) if i in ranking] == []
+    assert all(len(ranking) == 3 for ranking in ranked)
+    # the exclusion leaves the rest of the ranking as it was
+    assert ranked[n - 1] == [j for j in retriever.ranked([pool[n - 1].utterance], depth=4)[0] if j != n - 1][:3]
+
+
+def test_ties_at_the_depth_cut_go_to_pool_order():
+    """``ranked`` breaks ties by pool order, at the depth cut too: a shallower ranking is a prefix of a deeper one
+    (with a partial sort alone, which of the tied examples make the cut is arbitrary)."""
+    pool = [Example(f"filler{i}", "p") for i in range(1000)] + [Example("largest city", "p")]
+    retriever = Retriever(pool)
+    assert retriever.ranked(["largest city"], depth=4)[0] == [1000, 0, 1, 2]  # the rest score 0: pool order
+    deep = retriever.ranked(["largest city"], depth=50)[0]
+    assert all(retriever.ranked(["largest city"], depth=d)[0] == deep[:d] for d in (1, 2, 7, 49))
+
+
+# ----- training: the best checkpoint is the one tested -------------------------------------------------------------
+class PerturbAfterFit(L.Callback):
+    """Moves every weight once training ends, so that the final (last.ckpt) weights cannot pass for best.ckpt's."""
+
+    def on_train_end(self, trainer, module):
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(1.0)
+
+
+class WeightsAtTest(L.Callback):
+    """Records the weights the test loop runs with."""
+
+    seen: dict[str, torch.Tensor] = {}
+
+    def on_test_start(self, trainer, module):
+        WeightsAtTest.seen = {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@needs_mirror
+def test_the_best_checkpoint_is_tested_not_the_last_weights(tmp_path):
+    """After training and with ``test_only=true``, the test loop runs best.ckpt's weights. Four smoke steps leave
+    best and last too close to tell by their scores, so the last weights are moved after training and the weights
+    the test loop holds are compared with each checkpoint's."""
+    from zoo.train import run
+
+    def cfg(*overrides):
+        return compose_run("debug=smoke", f"results_file={tmp_path / 'runs.csv'}",
+                           "+callbacks.seen._target_=test_mutants.WeightsAtTest", *overrides)
+
+    run(cfg("+callbacks.perturb._target_=test_mutants.PerturbAfterFit"), tmp_path / "run")
+    checkpoints = tmp_path / "run" / "checkpoints"
+    best, last = (torch.load(checkpoints / name, weights_only=False)["state_dict"] for name in ("best.ckpt",
+                                                                                             "last.ckpt"))
+    assert not _same_weights(best, last)
+    assert _same_weights(WeightsAtTest.seen, best)
+    WeightsAtTest.seen = {}
+    run(cfg("test_only=true"), tmp_path / "run")
+    assert _same_weights(WeightsAtTest.seen, best)
+
+
+# ----- GGD: decoding at a tuned threshold ------------------------------------------------------------------------
+@pytest.fixture
+def ggd(tmp_path, monkeypatch):
+    """A small untrained GGD on test_ggd's three questions, its featurizer, and their batch."""
+    from models.ggd import GGDFeaturizer, GroundedGraphDecoder
+    from test_ggd import EXAMPLES
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    torch.manual_seed(0)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4).eval()
+    return model, featurizer, featurizer.collate([featurizer.encode(e) for e in EXAMPLES]), EXAMPLES
+
+
+def test_types_implied_by_a_triple_chosen_below_one_half_are_left_out(ggd):
+    """At a tuned threshold (0.2), a triple chosen with probability 0.3 implies its subject's type as it does at
+    0.5: the implied types follow the threshold that chose the triples, not a fixed 0.5, and a triple exactly at
+    the threshold is neither chosen nor implies anything."""
+    model, featurizer, batch, examples = ggd
+    out = model(featurizer.collate([featurizer.encode(examples[0])]))
+    places = out["nodes"][0].tolist()
+    x0, m0 = (places.index(featurizer.node_names().index(name)) for name in ("?x0", "M0"))
+    out["edges"] = torch.full_like(out["edges"], -10.0)
+    out["edges"][0, x0, m0, featurizer.relations["film.director.film"]] = float(torch.logit(torch.tensor(0.3)))
+    out["attributes"] = torch.full_like(out["attributes"], -10.0)
+    director = featurizer.attributes.index(("a", "film.director"))
+    out["attributes"][0, x0, director] = 10.0
+    out["attribute_candidates"][0, x0, director] = True
+    out["count"] = torch.tensor([-10.0])
+    assert model.decode(out, 0.2) == ["SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film M0 }"]
+    assert model.decode(out, 0.35) == ["SELECT DISTINCT ?x0 WHERE { ?x0 a film.director }"]  # not chosen: kept
+    out["edges"][0, x0, m0, featurizer.relations["film.director.film"]] = 0.0  # probability 0.5 exactly
+    assert model.decode(out, 0.5) == ["SELECT DISTINCT ?x0 WHERE { ?x0 a film.director }"]  # not above 0.5
+
+
+def test_threshold_tally_agrees_with_decoding_on_probabilities_at_the_thresholds(ggd, monkeypatch):
+    """``decode`` keeps what lies strictly above a threshold and ``exact_by_thresholds`` must count it the same way;
+    probabilities drawn from the thresholds themselves make every comparison a tie somewhere (``>`` or ``>=``,
+    ``<`` or ``<=``, in either of them, shows)."""
+    model, featurizer, batch, examples = ggd
+    out, target = model(batch), batch["target"]
+    grid = torch.tensor((0.0, *model.THRESHOLDS, 0.9))
+    generator = torch.Generator().manual_seed(0)
+    sparql = get_formalism("cfq_sparql")
+    gold = [sparql.canonical(e.program) for e in examples]
+    probabilities = {}
+    monkeypatch.setattr(model, "probabilities", lambda out: (probabilities["edges"], probabilities["attributes"]))
+    agreed = 0
+    for trial in range(30):
+        for key, candidates in (("edges", "edge_candidates"), ("attributes", "attribute_candidates")):  # gold in the upper half of the grid, the rest in the lower, mostly
+            upper = torch.randint(5, len(grid), out[key].shape, generator=generator)
+            lower = torch.randint(0, 8, out[key].shape, generator=generator)
+            p = grid[torch.where(target[key] > 0, upper, lower)]
+            probabilities[key] = p.masked_fill(~out[candidates], 0.0)
+        out["count"] = 2 * target["count"] - 1
+        tally = model.exact_by_thresholds(out, target)
+        for i, edge in enumerate(model.THRESHOLDS):
+            for j, attribute in enumerate(model.THRESHOLDS):
+                decoded = [sparql.canonical(p) for p in model.decode(out, edge, attribute)]
+                right = sum(d == g for d, g in zip(decoded, gold))
+                assert tally[i, j] == right, (trial, edge, attribute)
+                agreed += right
+    assert agreed > 0
