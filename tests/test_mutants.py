@@ -234,3 +234,122 @@ def test_threshold_tally_agrees_with_decoding_on_probabilities_at_the_thresholds
                 assert tally[i, j] == right, (trial, edge, attribute)
                 agreed += right
     assert agreed > 0
+
+
+# ----- what a predictions row records --------------------------------------------------------------------------
+def test_a_wrong_denotation_and_a_wrong_emr_are_recorded_not_left_out():
+    """``denotation_correct`` and ``emr_correct`` are written whenever they apply, False as well as True: a row
+    without them reads as "does not apply"."""
+    from zoo.metrics import ExampleScore
+
+    assert ExampleScore(False, False, "why", False).fields() == {
+        "correct": False, "denotation_correct": False, "emr_correct": False, "error": "why"}
+    assert ExampleScore(True, True, None, True).fields() == {
+        "correct": True, "denotation_correct": True, "emr_correct": True}
+    assert ExampleScore(True).fields() == {"correct": True}
+
+
+# ----- the results writer ------------------------------------------------------------------------------------------
+def test_append_row_keeps_the_order_and_replaces_only_a_row_agreeing_on_every_key(tmp_path):
+    from zoo.results import append_row, read_rows
+
+    path = tmp_path / "table.csv"
+    for ir, data, value in (("rir", "geo", 1), ("rir", "atis", 2), ("lir", "geo", 3)):
+        append_row(path, {"ir": ir, "dataset": data, "value": value}, replacing=("ir", "dataset"))
+    append_row(path, {"ir": "rir", "dataset": "geo", "value": 4}, replacing=("ir", "dataset"))
+    assert [(r["ir"], r["dataset"], r["value"]) for r in read_rows(path)] == [
+        ("rir", "atis", "2"), ("lir", "geo", "3"), ("rir", "geo", "4")]  # the old (rir, geo) went; the new is last
+
+
+def test_floats_are_written_to_six_significant_digits(tmp_path):
+    from zoo.results import append_row, read_rows, write_rows
+
+    append_row(tmp_path / "runs.csv", {"test_exact_match": 0.87654321, "seed": 1, "train_seconds": 2847.25})
+    assert read_rows(tmp_path / "runs.csv") == [{"test_exact_match": "0.876543", "seed": "1",
+                                                "train_seconds": "2847.25"}]
+    write_rows(tmp_path / "table.csv", [{"mean": 1 / 3}])
+    assert read_rows(tmp_path / "table.csv") == [{"mean": "0.333333"}]
+
+
+def test_write_rows_header_is_the_union_of_every_rows_keys(tmp_path):
+    from zoo.results import read_rows, write_rows
+
+    write_rows(tmp_path / "table.csv", [{"model": "a", "em": 1}, {"model": "b", "denotation": 2}])
+    assert read_rows(tmp_path / "table.csv") == [{"model": "a", "em": "1", "denotation": ""},
+                                                {"model": "b", "em": "", "denotation": "2"}]
+
+
+# ----- length buckets -------------------------------------------------------------------------------------------
+def test_length_buckets_change_composition_every_epoch_and_come_in_no_length_order():
+    """With distinct lengths, only the shuffle before pooling makes a batch's members differ between epochs (one
+    global sort, or pools of fixed index ranges, would give the same batches every epoch), and only the shuffle of
+    the batches keeps each pool's batches from coming in length order."""
+    from datamodules.datamodule import LengthBucketBatchSampler
+
+    lengths = [(i * 7919) % 1000 for i in range(1000)]  # a permutation: every length once
+    sampler = LengthBucketBatchSampler(lengths, batch_size=16, seed=3, pool_batches=10)
+    epochs = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        epochs.append(list(sampler))
+    assert {frozenset(b) for b in epochs[0]} != {frozenset(b) for b in epochs[1]}
+    firsts = [lengths[b[0]] for b in epochs[0]]
+    assert not all(firsts[i:i + 10] == sorted(firsts[i:i + 10]) for i in range(0, len(firsts), 10))
+
+
+# ----- the convergence rule at its edges ---------------------------------------------------------------------------
+def test_a_gain_of_exactly_the_threshold_is_not_converged():
+    """Converged means a rise of *less* than ``CONVERGED_GAIN`` (0.01 - 0.0 is 0.01 exactly in floating point)."""
+    from zoo.train import CONVERGED_GAIN, convergence_columns
+
+    points = [(1000, 0.0), (10_000, CONVERGED_GAIN)]
+    assert convergence_columns(points, 10_000) == {"val_late_gain": CONVERGED_GAIN, "converged": False}
+
+
+def _trainer(**fields):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{"sanity_checking": False, "should_stop": False, "global_step": 0,
+                              "callback_metrics": {}, "min_steps": None, **fields})
+
+
+def test_training_may_stop_at_min_steps_itself():
+    from zoo.train import ValidationCurve
+
+    curve, trainer = ValidationCurve("val/exact_match", stop_when_converged=True), _trainer(min_steps=2000)
+    for step in (500, 1000, 2000):  # flat from the start: converged as soon as stopping is allowed
+        trainer.global_step, trainer.callback_metrics = step, {"val/exact_match": torch.tensor(0.5)}
+        curve.on_validation_end(trainer, None)
+        assert trainer.should_stop == (step == 2000)
+
+
+def test_the_sanity_check_validation_is_not_a_point_of_the_curve():
+    """Lightning's sanity check validates the untrained model at step 0; that value is no measurement of training
+    and would make every later gain look large."""
+    from zoo.train import ValidationCurve
+
+    curve = ValidationCurve("val/exact_match", stop_when_converged=True)
+    trainer = _trainer(sanity_checking=True, callback_metrics={"val/exact_match": torch.tensor(0.0)})
+    curve.on_validation_end(trainer, None)
+    assert curve.points == [] and not trainer.should_stop
+    trainer.sanity_checking, trainer.global_step = False, 100
+    curve.on_validation_end(trainer, None)
+    assert curve.points == [(100, 0.0)]
+
+
+# ----- CKY under hard-EM ------------------------------------------------------------------------------------------
+def test_hard_em_chart_keeps_k_different_sub_programs_per_span():
+    """Two derivations of one sub-program compose alike, so a span's K entries are the best derivations of K
+    different sub-programs: f over both words (10) and f with a trailing φ word (9) are one sub-program, and the
+    second entry goes to f(a) (4), the only one the gold root can be built from."""
+    from models import cky
+
+    composition = cky.Composition(constant=torch.tensor([0, 1]),  # Σ = {f, a}; ids 0 = f, 1 = a, 2 = f(a)
+                                  table=torch.tensor([[-1, 2, -1], [2, -1, -1], [-1, -1, -1]]), gold=2)
+    constant_scores, join_scores = torch.zeros(3, 3, 2), torch.zeros(3, 3)
+    constant_scores[0, 2] = torch.tensor([10.0, 0.0])
+    constant_scores[0, 1] = torch.tensor([9.0, 0.0])
+    constant_scores[1, 2] = torch.tensor([-5.0, -5.0])
+    chart = cky.parse(constant_scores, join_scores, k=2, composition=composition)
+    assert chart.scores[0, 2].tolist() == [10.0, 4.0] and chart.programs[0, 2].tolist() == [0, 2]
+    assert [(score, program) for score, _, program in chart.trees()] == [(4.0, 2), (-5.0, 2)]
