@@ -11,6 +11,7 @@
 The run directory is runs/<model>-<variant>/<data>/seed<seed>; a finished run appends one row to
 results/runs.csv (see zoo/train.py).
 """
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,22 +23,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from datamodules import DataConfigError, DataFormatError, MissingDataError  # noqa: E402
 from zoo.ir import UnsupportedIRError  # noqa: E402
+from zoo.options import OptionError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
 from zoo.retrieval import RetrievalError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
 
 # Mistakes in the command or the data: reported in one message, without a traceback.
-USER_ERRORS = (RegistryError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, RetrievalError,
+USER_ERRORS = (RegistryError, OptionError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, RetrievalError,
                MissingDataError, DataFormatError, DataConfigError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")
 def main(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        run(cfg, HydraConfig.get().runtime.output_dir)
+        run(cfg, run_dir)
     except USER_ERRORS as error:
+        remove_if_unused(run_dir)
         sys.exit(f"error: {error}")
+
+
+def remove_if_unused(run_dir: Path) -> None:
+    """Remove a run directory that holds only what Hydra wrote on launch (``seed=abc`` would leave ``seedabc``),
+    and its data and model folders (``runs/<model>-<variant>/<data>/``) if that leaves them empty."""
+    if run_dir.is_dir() and {path.name for path in run_dir.iterdir()} <= {".hydra", "run.log"}:
+        shutil.rmtree(run_dir)
+        for folder in (run_dir.parent, run_dir.parent.parent):
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
 
 
 if __name__ == "__main__":

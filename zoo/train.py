@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.options import check_options
 from zoo.registry import get_dataset, get_model
 from zoo.results import append_row, read_rows, write_jsonl
 from zoo.stages import Rewrite
@@ -125,15 +126,24 @@ def convergence_columns(points: list[tuple[int, float]], last_step: int) -> dict
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
     ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
+    check_options(cfg)
+    run_dir = Path(run_dir)
+    rows = finished_rows(cfg, run_dir)
+    # a finished run's checkpoints, not those of a later launch that was interrupted there
+    finished_checkpoints = bool(rows) and not cfg.overwrite and not _saved_after(rows[-1], run_dir)
     if cfg.get("resume"):
-        protocol, rows = str(cfg.get("protocol") or ""), finished_rows(cfg, Path(run_dir))
+        protocol = str(cfg.get("protocol") or "")
         if same := [row for row in rows if row.get("protocol", "") == protocol]:
             log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, same[-1]["time"])
             return same[-1]
-        if rows and not cfg.overwrite and not _interrupted_since(rows[-1], Path(run_dir)):
+        if finished_checkpoints and any((run_dir / "checkpoints").glob("*.ckpt")):
             raise RunConfigError(  # its last.ckpt is another recipe's end, not an interrupted run of this one
                 f"resume=true: {run_dir} holds a finished run of protocol {rows[-1].get('protocol') or '(none)'}, "
                 f"not {protocol or '(none)'}: move it aside, or overwrite=true to train this one there")
+    elif cfg.ckpt_path == "last" and not cfg.test_only and finished_checkpoints:
+        raise RunConfigError(  # it would test the same weights again and add a second row
+            f"ckpt_path=last: the run in {run_dir} already finished (its row of {rows[-1]['time']}): "
+            "test_only=true tests it again, overwrite=true trains it again")
     retrieval = cfg.get("retrieval", {}).get("name", "none")
     if retrieval != "none":
         from zoo.retrieval import run_retrieval
@@ -162,6 +172,10 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     checkpoint_dir = run_dir / "checkpoints"
     resume_from = None if cfg.test_only else _resume_path(cfg, checkpoint_dir)
     tested = _existing_checkpoint(cfg.ckpt_path or "best", checkpoint_dir, "test_only=true") if cfg.test_only else None
+    restored = resume_from or tested or init_from
+    checkpoint = load_checkpoint(restored) if restored else None  # checked before the data is read
+    if restored and restored != init_from:
+        _check_checkpoint_run(checkpoint, restored, cfg)
     L.seed_everything(cfg.seed, workers=True)
 
     from datamodules import ParsingDataModule
@@ -175,13 +189,11 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             (("train", datamodule.train), ("val", datamodule.val), ("test", datamodule.test)))
 
     params, featurizer = model_settings(cfg)
-    restored = resume_from or tested or init_from
-    checkpoint = torch.load(restored, map_location="cpu", weights_only=False) if restored else None
     model = model_cls.build(datamodule.train, formalism, featurizer=featurizer,
                             featurizer_state=checkpoint["featurizer"] if checkpoint else None,
                             world=datamodule.world, **params)
-    if init_from and restored == init_from:  # (a resumed or tested run gets its own weights from Lightning)
-        model.load_state_dict(checkpoint["state_dict"])
+    if restored:  # Lightning restores a resumed or tested run's weights again: this checks they fit first
+        _load_weights(model, checkpoint, restored, featurizer)
     datamodule.attach(model.featurizer)
 
     monitor = f"val/{model.primary_metric}"
@@ -280,13 +292,10 @@ def results_path(cfg: DictConfig, run_dir: Path) -> Path:
     return results_file if results_file.is_absolute() else REPO_ROOT / results_file
 
 
-def _interrupted_since(finished: dict[str, str], run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds no checkpoint, or a last.ckpt written after the ``finished`` row: a later launch
-    that was interrupted (the finished run's own checkpoints were moved aside), not that run's end state."""
-    checkpoints = run_dir / "checkpoints"
-    if not any(checkpoints.glob("*.ckpt")):
-        return True
-    last = checkpoints / "last.ckpt"
+def _saved_after(finished: dict[str, str], run_dir: Path) -> bool:
+    """Whether ``run_dir``'s last.ckpt was written after the ``finished`` row: by a later launch that was
+    interrupted (the finished run's own checkpoints were moved aside), not that run's end state."""
+    last = run_dir / "checkpoints" / "last.ckpt"
     # the row's time has whole seconds and comes after its run's last save: a second's margin
     return last.is_file() and last.stat().st_mtime > datetime.fromisoformat(finished["time"]).timestamp() + 1
 
@@ -325,6 +334,47 @@ def _existing_checkpoint(name: str, checkpoint_dir: Path, option: str) -> str:
     if not path.is_file():
         raise RunConfigError(f"{option}: no checkpoint at {path}")
     return str(path)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint of this zoo, or a ``RunConfigError`` naming the file when it is none (random bytes, empty,
+    truncated, another program's)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises UnpicklingError, EOFError, RuntimeError... by what the bytes are
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunConfigError(f"{path}: not a readable checkpoint ({reason})") from None
+    if not isinstance(checkpoint, dict) or not {"state_dict", "model_name", "featurizer"} <= checkpoint.keys():
+        raise RunConfigError(f"{path}: not a checkpoint of this zoo (no state_dict, model_name and featurizer)")
+    return checkpoint
+
+
+def _check_checkpoint_run(checkpoint: dict[str, Any], path: str, cfg: DictConfig) -> None:
+    """A checkpoint resumed or tested must come from this run's model and dataset."""
+    model = checkpoint["model_name"]
+    data = (checkpoint.get("datamodule_hyper_parameters") or {}).get("name")
+    if model != cfg.model.name:
+        raise RunConfigError(f"{path} is a checkpoint of model={model}, not of this run's model={cfg.model.name}")
+    if data is not None and data != cfg.data.name:
+        raise RunConfigError(f"{path} was trained on data={data}, not on this run's data={cfg.data.name}")
+
+
+def _load_weights(model: L.LightningModule, checkpoint: dict[str, Any], path: str, featurizer: dict) -> None:
+    """Load ``checkpoint``'s weights into ``model``, or say which featurizer option or hyperparameter of the run
+    differs from the checkpoint's when they do not fit."""
+    restored = model.featurizer
+    for key, value in featurizer.items():  # the checkpoint's featurizer is used: an option asking otherwise is lost
+        if hasattr(restored, key) and getattr(restored, key) != value:
+            raise RunConfigError(f"{path} was trained with model.featurizer.{key}={getattr(restored, key)}, "
+                                 f"not {value}: drop the option or choose another checkpoint")
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as error:
+        trained = checkpoint.get("hyper_parameters") or {}
+        differ = [f"{k}={v} (this run: {model.hparams[k]})" for k, v in trained.items()
+                  if k in model.hparams and model.hparams[k] != v]
+        raise RunConfigError(f"{path}: its weights do not fit this run's model: "
+                             f"{'; '.join(differ) or str(error).splitlines()[0]}") from None
 
 
 def git_commit() -> str:
