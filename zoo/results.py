@@ -3,17 +3,66 @@
 Both writers replace the target in one ``os.replace``, so a run killed mid-write leaves the old file intact and
 never a half-written row; an exclusive lock on a sibling ``.lock`` file keeps concurrent runs (Hydra multirun,
 several jobs on one disk) from losing each other's rows.
+
+Readers take a table only whole: a row that does not fit its header (cut off, shifted by a stray comma, swallowed by
+an unclosed quote), a byte that is not UTF-8 or a missing column is a ``ResultsFileError`` naming the file, line and
+column, never a row averaged into the wrong cell. ``$ZOO_RESULTS`` (configs/run.yaml's ``results_file``) moves the
+runs table, and every other table with it (``results_table``). Rows record run directories relative to the
+repository (``path_for_row``), so they stay true in another checkout.
 """
 from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# What names a run in a runs table: readers that group or look up runs require these columns.
+RUN_KEYS = ("model", "variant", "backbone", "data", "seed")
+
+
+class ResultsFileError(ValueError):
+    """A results table that cannot be read as one: the message names the file, the line and the column."""
+
+
+class Row(dict):
+    """One row of a results table: its cells by column name, and the ``line`` of the file it starts on."""
+
+    def __init__(self, cells: Iterable[tuple[str, str]], line: int):
+        super().__init__(cells)
+        self.line = line
+
+
+def runs_file() -> Path:
+    """The runs table, as configs/run.yaml's ``results_file`` reads it: ``$ZOO_RESULTS``, else results/runs.csv; a
+    relative path is the repository's."""
+    return REPO_ROOT / (os.environ.get("ZOO_RESULTS") or "results/runs.csv")
+
+
+def results_table(name: str) -> Path:
+    """The default path of the table ``name`` (``formalisms.csv``, ``leaderboard.csv``...): beside the runs table,
+    so that a scratch ``$ZOO_RESULTS`` never sends the other tables into the repository's results/."""
+    return runs_file().parent / name
+
+
+def path_for_row(path: str | Path) -> str:
+    """A directory as a results row records it: relative to the repository when inside it, so the row stays true in
+    another checkout or on another machine; absolute otherwise (``$ZOO_RUNS`` on another disk)."""
+    path = Path(os.path.abspath(path))
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def path_from_row(recorded: str) -> Path:
+    """A directory that a results row records (``run_dir``, each of ``stage_dirs``): relative to the repository, or
+    absolute, as rows recorded them before issue 25 (``/work/main/runs/...``)."""
+    return REPO_ROOT / recorded
 
 
 @contextmanager
@@ -39,12 +88,126 @@ def _atomic_writer(path: Path) -> Iterator[Any]:
         os.fsync(handle.fileno())
 
 
-def read_rows(path: str | Path) -> list[dict[str, str]]:
+def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
+    """The rows of the table at ``path`` (none when there is no file), each column of ``required`` present and
+    filled in every row. A table that cannot be read whole is a ``ResultsFileError``: a reader would otherwise
+    average the wrong cells, and a writer drop rows."""
     path = Path(path)
     if not path.exists():
         return []
-    with path.open(newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    text = _utf8_text(path)
+    lines = io.StringIO(text, newline="").readlines()
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header, rows, start = None, [], 1  # start: the line the next record begins on
+    try:
+        for cells in reader:
+            first, start = start, reader.line_num + 1
+            if len(cells) <= 1 and not "".join(cells).strip():
+                continue  # a blank line
+            if header is None:
+                header = _checked_header(path, first, cells, required)
+            elif len(cells) != len(header):
+                raise ResultsFileError(_misfit(path, lines, first, reader.line_num, len(cells), header))
+            else:
+                rows.append(row := Row(zip(header, cells), first))
+                for column in required:
+                    if not row[column].strip():
+                        raise cell_error(path, row, column, "is empty")
+    except csv.Error as error:
+        unclosed = "the file ends inside it" if "end of data" in str(error) else f"line {reader.line_num}: {error}"
+        raise ResultsFileError(_quote_problem(path, lines, start, header or [], unclosed)
+                               or f"{path}:{reader.line_num}: {error}") from None
+    return rows
+
+
+def cell_error(path: str | Path, row: Row, column: str, problem: str) -> ResultsFileError:
+    """``<path>:<line>: column <k> (<name>) <problem>``: a cell that a reader cannot use."""
+    return ResultsFileError(f"{path}:{row.line}: column {list(row).index(column) + 1} ({column}) {problem}")
+
+
+def fraction(path: str | Path, row: Row, column: str) -> float | None:
+    """The metric in ``row[column]``, a fraction in [0, 1] as runs tables store them (never percent); None when
+    the cell is empty (a metric the run's dataset does not have)."""
+    cell = row.get(column, "").strip()
+    if not cell:
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also nan
+        raise cell_error(path, row, column, f"is {cell!r}, not a fraction in [0, 1]")
+    return value
+
+
+def _utf8_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ResultsFileError(f"{path}: cannot read it ({error.strerror})") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as spreadsheets save
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - data.rfind(b"\n", 0, error.start)
+        raise ResultsFileError(f"{path}:{line}:{column}: byte 0x{data[error.start]:02x} is not UTF-8 "
+                               "(results tables are UTF-8 text)") from None
+
+
+def _checked_header(path: Path, line: int, header: list[str], required: Sequence[str]) -> list[str]:
+    for k, name in enumerate(header, 1):
+        if not name.strip():
+            raise ResultsFileError(f"{path}:{line}: column {k} has no name")
+        if header.index(name) + 1 < k:
+            raise ResultsFileError(f"{path}:{line}: column {k} repeats the name {name!r} of column "
+                                   f"{header.index(name) + 1}")
+    for name in required:
+        if name not in header:
+            raise ResultsFileError(f"{path}:{line}: no column {name!r} (expected the columns {', '.join(required)})")
+    return header
+
+
+def _misfit(path: Path, lines: list[str], first: int, last: int, cells: int, header: list[str]) -> str:
+    """Why a record of ``cells`` cells from line ``first`` to ``last`` does not fit the header."""
+    if last > first:  # a line break inside a quoted cell: mostly a quote that was never closed
+        problem = _quote_problem(path, lines, first, header, f"it runs on to line {last}")
+        if problem:
+            return problem
+    if last == len(lines) and not lines[-1].endswith(("\n", "\r")) and cells < len(header):
+        return f"{path}:{first}: {cells} cells for {len(header)} columns: the file ends in the middle of this row"
+    return f"{path}:{first}: {cells} cells for the {len(header)} columns of the header"
+
+
+def _quote_problem(path: Path, lines: list[str], line: int, header: list[str], consequence: str) -> str | None:
+    """Names the cell of ``line`` whose quote is not closed where a cell can end, if there is one."""
+    cell = _unclosed_quote(lines[line - 1]) if line <= len(lines) else None
+    if cell is None:
+        return None
+    name = f" ({header[cell]})" if cell < len(header) else ""
+    return f"{path}:{line}: column {cell + 1}{name}: the quote that opens this cell does not close at a cell's end; " \
+           f"{consequence}"
+
+
+def _unclosed_quote(line: str) -> int | None:
+    """The index of the cell of one CSV line whose opening quote has no closing quote right before a comma or the
+    end of the line, None when every quoted cell closes."""
+    line, cell, i = line.rstrip("\r\n"), 0, 0
+    while True:
+        if line.startswith('"', i):
+            end = line.find('"', i + 1)
+            while end != -1 and line.startswith('"', end + 1):  # "" is a quote inside the cell
+                end = line.find('"', end + 2)
+            if end == -1 or line[end + 1:end + 2] not in ("", ","):
+                return cell
+            i = end + 1
+        else:
+            i = line.find(",", i)
+            if i == -1:
+                return None
+        if i == len(line):
+            return None
+        i, cell = i + 1, cell + 1
 
 
 def append_row(path: str | Path, row: dict[str, Any], replacing: Sequence[str] = ()) -> None:
@@ -55,14 +218,26 @@ def append_row(path: str | Path, row: dict[str, Any], replacing: Sequence[str] =
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        rows = [old for old in read_rows(path)
-                if not replacing or any(old.get(key) != str(_cell(row[key])) for key in replacing)]
+        try:
+            rows = read_rows(path)
+        except ResultsFileError as damage:  # the row is a finished measurement: keep it, beside the table
+            raise ResultsFileError(f"{damage}; the new row went to {_set_aside(path, row)} instead: repair "
+                                   f"{path.name} and append it there") from None
+        rows = [old for old in rows if not replacing or any(old.get(key) != str(_cell(row[key])) for key in replacing)]
         header = list(rows[0].keys()) if rows else []
         header += [key for key in row if key not in header]
         with _atomic_writer(path) as handle:
             writer = csv.DictWriter(handle, fieldnames=header, restval="")
             writer.writeheader()
             writer.writerows(rows + [{k: _cell(v) for k, v in row.items()}])
+
+
+def _set_aside(path: Path, row: dict[str, Any]) -> Path:
+    """A new table beside ``path`` that holds ``row`` alone."""
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f"{path.stem}.unappended-", suffix=path.suffix)
+    os.close(fd)
+    write_rows(aside, [row])
+    return Path(aside)
 
 
 def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:

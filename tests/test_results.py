@@ -1,0 +1,109 @@
+"""zoo.results: concurrent appends, damaged tables named by file, line and column, rows never lost, run directories."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import zoo.results as results
+from zoo.results import ResultsFileError, append_row, path_for_row, path_from_row, read_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+HEADER = "model,variant,backbone,data,seed,test_exact_match,run_dir\n"
+GOOD = "seq2seq,baseline,bart,scan_simple,1,0.5,runs/a\n"
+
+# Each process appends its rows one at a time, all processes at once: a lock that lets two of them read the file
+# together (shared, or none) loses the row of whichever replaces the file first.
+APPENDER = """
+import sys, time
+from zoo.results import append_row
+path, worker, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))
+for i in range(25):
+    append_row(path, {"worker": worker, "i": i, "note": "x" * 200})
+"""
+
+
+def test_concurrent_appends_keep_every_row(tmp_path):
+    import time
+
+    path, start = tmp_path / "runs.csv", time.time() + 1.0
+    workers = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(w), str(start)], cwd=REPO)
+               for w in range(6)]
+    assert all(worker.wait(timeout=120) == 0 for worker in workers)
+    rows = read_rows(path)  # (a half-written row would be an error here)
+    assert sorted((int(r["worker"]), int(r["i"])) for r in rows) == [(w, i) for w in range(6) for i in range(25)]
+    assert all(r["note"] == "x" * 200 for r in rows)
+
+
+@pytest.mark.parametrize("content, where", [
+    (HEADER + GOOD + "seq2seq,baseline,bart,scan_simple,2,0.5,runs/b,extra\n", ":3: 8 cells"),
+    (HEADER + "seq2seq,baseline,bart,scan_simple,2\n" + GOOD, ":2: 5 cells"),
+    (HEADER + GOOD + "seq2seq,baseline,bart,scan_sim", ":3: 4 cells for 7 columns: the file ends in the middle"),
+    (HEADER + 'seq2seq,"baseline,bart,scan_simple,1,0.5,runs/a\n' + GOOD, ":2: column 2 (variant): the quote that opens this cell"),
+    (HEADER + 'seq2seq,"baseline,bart,scan_simple,1,0.5,runs/a\n' + GOOD + 'a,"b",c,d,e,f,g\n',
+     ":2: column 2 (variant): the quote that opens this cell"),
+    (HEADER + 'seq2seq,baseline,"bart"x,scan_simple,1,0.5,runs/a\n', ":2: column 3 (backbone): the quote that opens this cell"),
+    (HEADER + GOOD.replace("bart", "b\xe4rt"), ":2:19: byte 0xe4 is not UTF-8"),
+    ("model,data,,seed\n", ":1: column 3 has no name"),
+    ("model,data,seed,data\n", ":1: column 4 repeats the name 'data' of column 2"),
+])
+def test_damaged_tables_are_named_by_file_line_and_column(tmp_path, content, where):
+    path = tmp_path / "runs.csv"
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.raises(ResultsFileError) as error:
+        read_rows(path)
+    assert f"{path}{where}" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_required_columns_and_cells(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(HEADER.replace("data,", "") + GOOD.replace("scan_simple,", ""))
+    with pytest.raises(ResultsFileError, match=r"runs.csv:1: no column 'data'"):
+        read_rows(path, required=("model", "data"))
+    path.write_text(HEADER + GOOD.replace("scan_simple", ""))
+    with pytest.raises(ResultsFileError, match=r"runs.csv:2: column 4 \(data\) is empty"):
+        read_rows(path, required=("model", "data"))
+
+
+def test_sound_tables_read_as_before(tmp_path):
+    """A byte-order mark, CRLF line ends, blank lines and a quoted cell that holds a line break are all fine."""
+    path = tmp_path / "runs.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEADER + "\n" + GOOD + 'ggd,"a ""b""\nc",lstm,cfq_mcd1,1,0.25,x\n')
+                     .replace("\n", "\r\n").encode())
+    rows = read_rows(path, required=("model",))
+    assert [r["model"] for r in rows] == ["seq2seq", "ggd"] and rows[1]["variant"] == 'a "b"\r\nc'
+    assert [r.line for r in rows] == [3, 4]
+    assert read_rows(tmp_path / "none.csv") == []
+
+
+def test_append_to_a_damaged_table_keeps_the_row_beside_it(tmp_path):
+    path = tmp_path / "runs.csv"
+    damaged = HEADER + GOOD + "seq2seq,baseline,bart,scan_simple,2,0.5,runs/b,extra\n"
+    path.write_text(damaged)
+    row = {"model": "ggd", "variant": "ggd", "backbone": "lstm", "data": "cfq_mcd1", "seed": 3, "test_exact_match": 0.9}
+    with pytest.raises(ResultsFileError) as error:
+        append_row(path, row)
+    message = str(error.value)
+    assert message.startswith(f"{path}:3: 8 cells") and "\n" not in message
+    [aside] = [p for p in tmp_path.iterdir() if p.name not in ("runs.csv", "runs.csv.lock")]
+    assert str(aside) in message
+    assert path.read_text() == damaged  # untouched
+    assert read_rows(aside) == [{k: str(v) for k, v in row.items()}]
+
+
+def test_run_directories_are_recorded_relative_to_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    assert path_for_row(tmp_path / "runs" / "ggd-ggd" / "seed1") == "runs/ggd-ggd/seed1"
+    assert path_for_row("/elsewhere/runs/x") == "/elsewhere/runs/x"  # $ZOO_RUNS outside the repository
+    assert path_from_row("runs/ggd-ggd/seed1") == tmp_path / "runs" / "ggd-ggd" / "seed1"
+    assert path_from_row("/work/main/runs/x") == Path("/work/main/runs/x")  # rows written before: absolute
+
+
+def test_results_tables_follow_zoo_results(tmp_path, monkeypatch):
+    monkeypatch.delenv("ZOO_RESULTS", raising=False)
+    assert results.runs_file() == results.REPO_ROOT / "results" / "runs.csv"
+    monkeypatch.setenv("ZOO_RESULTS", str(tmp_path / "scratch" / "runs.csv"))
+    assert results.runs_file() == tmp_path / "scratch" / "runs.csv"
+    assert results.results_table("formalisms.csv") == tmp_path / "scratch" / "formalisms.csv"
