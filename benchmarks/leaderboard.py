@@ -7,6 +7,11 @@ by (model, variant, backbone, data, metric), averages over seeds and writes, ato
   LEADERBOARD.md   one table per dataset family, ours beside the published number of the same split
   leaderboard.png  grouped bars per dataset, error bars = std over seeds, published numbers as markers
 
+The runs table is `$ZOO_RESULTS` where set (where benchmarks/run.py appends), else results/runs.csv, and the
+outputs go beside it. A table that cannot be read whole (a row that does not fit the header, an unclosed quote, a
+byte that is not UTF-8, no model, variant, backbone, data or seed column) is an error naming its file, line and
+column; a row whose metric is not a fraction, or that has none, is named and skipped.
+
 Join rule for `published`: rows of published.csv with the same model, variant, data and metric; among those the first
 (in file order) with the same backbone, else the first one. No row with the same variant -> empty. Datasets named
 `*_partial` (a subset of the official split held by the local mirror) never get a published number.
@@ -14,7 +19,6 @@ Join rule for `published`: rows of published.csv with the same model, variant, d
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -23,10 +27,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from zoo.results import atomic_path  # noqa: E402
+from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, cell_error, fraction, read_rows,  # noqa: E402
+                         runs_file)
 
 # protocol: the experiment config that pinned the training budget, where one did (rows without one share "")
 KEYS = ["model", "variant", "backbone", "data", "metric", "protocol"]
+PUBLISHED_COLUMNS = ["model", "variant", "backbone", "pretrained", "data", "metric", "value", "source"]
 # test_examples_per_s is a speed and test_threshold (GGD) the decoding threshold chosen on dev, not test metrics
 NOT_METRICS = ("_per_s", "_seconds", "_mb", "_threshold")
 # Display order of the Markdown tables; a data name belongs to the family of its longest matching prefix.
@@ -44,48 +50,47 @@ def family(data: str) -> str:
 
 
 def read_runs(path: Path) -> pd.DataFrame:
-    """Long table (one row per run x test metric, value in percent); malformed rows are reported and skipped."""
+    """Long table (one row per run x test metric, value in percent); rows with a bad metric or none are reported and
+    skipped, a table that cannot be read whole is a ResultsFileError."""
     if not path.is_file() or path.stat().st_size == 0:
         raise LeaderboardError(f"no runs at {path}: run benchmarks/run.py first (it appends to results/runs.csv)")
+    runs = read_rows(path, required=RUN_KEYS)
+    if not runs:
+        raise LeaderboardError(f"no usable runs in {path}: run benchmarks/run.py first")
+    metrics = [c for c in runs[0] if c.startswith("test_") and not c.endswith(NOT_METRICS)]
+    if not metrics:
+        raise LeaderboardError(f"{path}:1: no test_<metric> column: not a runs table?")
     records = []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, [])
-        metrics = [c for c in header if c.startswith("test_") and not c.endswith(NOT_METRICS)]
-        seen = 0
-        for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            line, seen = reader.line_num, seen + 1
-            if len(row) > len(header):
-                print(f"{path}:{line}: {len(row)} cells for {len(header)} columns; row skipped", file=sys.stderr)
-                continue
-            run = dict(zip(header, row + [""] * (len(header) - len(row))))  # older rows lack newer columns
-            values, bad = {}, None
-            for col in metrics:
-                cell = run[col].strip()
-                if not cell:
-                    continue
-                try:
-                    value = float(cell)
-                except ValueError:
-                    value = float("nan")
-                if not 0.0 <= value <= 1.0:  # also catches nan; runs.csv stores fractions, never percent
-                    bad = f"{col}={cell!r} is not a fraction in [0, 1]"
-                    break
-                values[col.removeprefix("test_")] = 100.0 * value
-            if bad:
-                print(f"{path}:{line}: {bad}; row skipped", file=sys.stderr)
-                continue
-            for metric, value in values.items():
-                records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
-                               "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value})
+    for run in runs:
+        try:
+            values = {col.removeprefix("test_"): fraction(path, run, col) for col in metrics}
+        except ResultsFileError as bad:  # percent instead of a fraction, a word
+            print(f"{bad}; row skipped", file=sys.stderr)
+            continue
+        values = {metric: 100.0 * value for metric, value in values.items() if value is not None}
+        if not values:
+            print(f"{path}:{run.line}: no test metric has a value; row skipped", file=sys.stderr)
+        for metric, value in values.items():
+            records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
+                           "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value})
     if not records:
-        why = f"all {seen} rows were skipped (see above)" if seen else "run benchmarks/run.py first"
-        raise LeaderboardError(f"no usable runs in {path}: {why}")
+        raise LeaderboardError(f"no usable runs in {path}: all {len(runs)} rows were skipped (see above)")
     long = pd.DataFrame.from_records(records)
     # A re-run of the same seed replaces the earlier row (runs.csv is append-only, so the last one is the newest).
-    return long[~(long.duplicated(KEYS + ["seed"], keep="last") & (long["seed"] != ""))]
+    return long[~long.duplicated(KEYS + ["seed"], keep="last")]
+
+
+def read_published(path: Path) -> pd.DataFrame:
+    """benchmarks/published.csv: the published numbers, in percent."""
+    if not path.is_file():
+        raise LeaderboardError(f"no published numbers at {path}")
+    rows = read_rows(path, required=PUBLISHED_COLUMNS)
+    for row in rows:
+        try:
+            assert 0.0 <= float(row["value"]) <= 100.0
+        except (ValueError, AssertionError):
+            raise cell_error(path, row, "value", f"is {row['value']!r}, not a percentage") from None
+    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
 def _published(row: pd.Series, published: pd.DataFrame) -> tuple[float | None, str]:
@@ -193,12 +198,12 @@ def plot(board: pd.DataFrame, path: str) -> None:
     plt.close(fig)
 
 
-def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.csv", out_dir=ROOT / "results"):
-    """Write leaderboard.csv, LEADERBOARD.md and leaderboard.png into out_dir; return the leaderboard table."""
-    long = read_runs(Path(runs_csv))  # raises LeaderboardError before anything is written
-    published = pd.read_csv(published_csv, dtype=str, keep_default_na=False)
-    board = aggregate(long, published)
-    out = Path(out_dir)
+def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.csv", out_dir=None):
+    """Write leaderboard.csv, LEADERBOARD.md and leaderboard.png into out_dir (default: the folder of runs_csv);
+    return the leaderboard table."""
+    long = read_runs(Path(runs_csv))  # raises before anything is written
+    board = aggregate(long, read_published(Path(published_csv)))
+    out = Path(out_dir) if out_dir is not None else Path(runs_csv).parent
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "leaderboard.csv") as tmp:
         board.to_csv(tmp, index=False)
@@ -211,13 +216,15 @@ def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.c
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default=ROOT / "results" / "runs.csv", type=Path, help="runs table (results/runs.csv)")
+    ap.add_argument("--runs", type=Path, help="runs table (default: $ZOO_RESULTS, else results/runs.csv)")
     ap.add_argument("--published", default=ROOT / "benchmarks" / "published.csv", type=Path)
-    ap.add_argument("--out", default=ROOT / "results", type=Path, help="output folder")
+    ap.add_argument("--out", type=Path, help="output folder (default: the runs table's)")
     args = ap.parse_args(argv)
+    args.runs = args.runs or runs_file()
+    args.out = args.out or args.runs.parent
     try:
         board = build_leaderboard(args.runs, args.published, args.out)
-    except LeaderboardError as e:
+    except (LeaderboardError, ResultsFileError) as e:
         print(f"leaderboard: {e}", file=sys.stderr)
         return 1
     print(f"leaderboard: {len(board)} rows -> {args.out}/leaderboard.csv, LEADERBOARD.md, leaderboard.png")

@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import zoo.results as results
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("leaderboard", ROOT / "benchmarks" / "leaderboard.py")
 leaderboard = importlib.util.module_from_spec(_spec)
@@ -93,16 +95,75 @@ def test_malformed_row_reported_with_line_number_and_rerun_replaces_seed(tmp_pat
                                               run("seq2seq", "baseline", "lstm", "scan_length", 2, "55.0"),
                                               run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.7")])
     board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
-    assert ":3: test_exact_match='55.0' is not a fraction" in capsys.readouterr().err  # percent, not a fraction
+    err = capsys.readouterr().err  # percent, not a fraction: the row is named and skipped
+    assert f"{runs}:3: column 8 (test_exact_match) is '55.0', not a fraction in [0, 1]; row skipped" in err
     assert (board["seeds"].tolist(), board["mean"].tolist()) == ([1], [70.0])  # the later seed-1 row wins
 
 
-def test_older_rows_with_fewer_columns_are_padded(tmp_path):
-    # A row written before the header grew: its trailing cells are simply missing.
-    old_row = run("span_cky", "spanbasedsp", "bert-base", "geo_funql_template", 1, "0.8")[:8]
-    runs = write_runs(tmp_path / "runs.csv", [old_row])
-    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
-    assert board.iloc[0]["mean"] == 80.0 and pd.isna(board.iloc[0]["params"])
+def one_line_error(runs, capsys, tmp_path):
+    """leaderboard.main on ``runs``: exit 1, nothing written, and the message on stderr, one line."""
+    out = tmp_path / "out"
+    assert leaderboard.main(["--runs", str(runs), "--out", str(out)]) == 1
+    assert not out.exists()
+    [message] = capsys.readouterr().err.splitlines()
+    return message
+
+
+@pytest.mark.parametrize("missing", ["data", "seed", "model"])
+def test_a_runs_table_without_a_key_column_is_an_error(tmp_path, capsys, missing):
+    """Without data or seed every dataset's runs would fall into one cell; without model, a blank model."""
+    keep = [i for i, name in enumerate(HEADER) if name != missing]
+    rows = [run("seq2seq", "baseline", "lstm", data, seed, "0.5") for data in ("scan_simple", "scan_length")
+            for seed in (1, 2)]
+    runs = write_runs(tmp_path / "runs.csv", [[r[i] for i in keep] for r in rows], header=[HEADER[i] for i in keep])
+    assert one_line_error(runs, capsys, tmp_path).startswith(f"leaderboard: {runs}:1: no column '{missing}'")
+
+
+GOOD = ",".join(map(str, run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5"))) + "\n"
+
+
+@pytest.mark.parametrize("text, where", [
+    (GOOD + ",".join(map(str, run("span_cky", "sp", "bert", "geo_funql_iid", 1, "0.8")[:8])) + "\n" + GOOD,
+     ":3: 8 cells for the 16 columns"),  # a short row
+    (GOOD + GOOD[:40], ":3: 4 cells for 16 columns: the file ends in the middle of this row"),  # cut off
+    (GOOD.replace("lstm", '"lstm') + GOOD + GOOD, ":2: column 5 (backbone): the quote that opens this cell"),
+    (GOOD.replace(",abc,", ",a\udcffc,"), ":2:22: byte 0xff is not UTF-8"),
+    (GOOD.replace(",scan_length,", ",,"), ":2: column 6 (data) is empty"),
+])
+def test_a_damaged_runs_table_is_one_line_naming_file_line_and_column(tmp_path, capsys, text, where):
+    runs = tmp_path / "runs.csv"
+    runs.write_bytes((",".join(HEADER) + "\n" + text).encode("utf-8", "surrogateescape"))
+    assert one_line_error(runs, capsys, tmp_path).startswith(f"leaderboard: {runs}{where}")
+
+
+def test_a_table_without_test_metrics_says_so(tmp_path, capsys):
+    header = [name if name != "test_exact_match" else "exact_match" for name in HEADER]
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5")], header)
+    assert one_line_error(runs, capsys, tmp_path) == f"leaderboard: {runs}:1: no test_<metric> column: not a runs table?"
+
+
+def test_rows_without_a_metric_are_reported(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "")])
+    assert leaderboard.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.splitlines() == [  # "see above": there is something above
+        f"{runs}:2: no test metric has a value; row skipped",
+        f"leaderboard: no usable runs in {runs}: all 1 rows were skipped (see above)"]
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, ""),
+                                              run("seq2seq", "baseline", "lstm", "scan_length", 2, "0.5")])
+    leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    assert capsys.readouterr().err == f"{runs}:2: no test metric has a value; row skipped\n"
+
+
+def test_zoo_results_moves_the_runs_table_and_the_leaderboard(tmp_path, monkeypatch):
+    """$ZOO_RESULTS, which benchmarks/run.py appends to, is what the leaderboard reads, and it writes beside it."""
+    repo = tmp_path / "repo"  # (never the repository's own results/, whichever default the code takes)
+    monkeypatch.setattr(leaderboard, "ROOT", repo)
+    monkeypatch.setattr(results, "REPO_ROOT", repo)
+    runs = write_runs(tmp_path / "scratch.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5")])
+    monkeypatch.setenv("ZOO_RESULTS", str(runs))
+    assert leaderboard.main(["--published", str(ROOT / "benchmarks" / "published.csv")]) == 0
+    assert (tmp_path / "leaderboard.csv").is_file() and (tmp_path / "LEADERBOARD.md").is_file()
+    assert not repo.exists()
 
 
 @pytest.mark.parametrize("content", [None, "", ",".join(HEADER) + "\n"])
@@ -128,3 +189,13 @@ def test_runs_of_another_protocol_stay_apart(tmp_path):
     em = board[board["metric"] == "exact_match"].set_index("protocol")["mean"]
     assert em.to_dict() == {"": 10.0, "seq2seq_ir_gpu": 30.0}
     assert "rir (seq2seq_ir_gpu)" in (tmp_path / "out" / "LEADERBOARD.md").read_text()
+
+
+def test_a_damaged_published_table_is_one_line(tmp_path, capsys):
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5")])
+    published = tmp_path / "published.csv"
+    published.write_text((ROOT / "benchmarks" / "published.csv").read_text().replace(",58.5,", ",58.5%,", 1))
+    out = tmp_path / "out"
+    assert leaderboard.main(["--runs", str(runs), "--published", str(published), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == (f"leaderboard: {published}:2: column 8 (value) is '58.5%', not a "
+                                       "percentage\n")
