@@ -1,6 +1,7 @@
 """benchmarks/run.py end to end on debug=smoke: the results row, predictions, resume, and bad input."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,9 @@ import torch
 from conftest import REPO, compose_run, needs_mirror
 from zoo.parser import UnsupportedFormalismError
 from zoo.registry import RegistryError
-from zoo.results import read_rows
-from zoo.train import RunConfigError, run
+import zoo.results
+from zoo.results import append_row, read_rows
+from zoo.train import RunConfigError, finished_rows, run
 
 pytestmark = needs_mirror
 
@@ -134,6 +136,36 @@ def test_test_only_retests_the_best_checkpoint_without_training(tmp_path):
 def test_resume_without_a_checkpoint_is_an_error(tmp_path):
     with pytest.raises(RunConfigError, match="no checkpoint"):
         run(smoke(tmp_path, "ckpt_path=last"), tmp_path / "empty")
+
+
+def test_a_damaged_results_file_is_refused_before_training(tmp_path):
+    """The finished run's row could not be appended to it: refused now, not lost after training."""
+    results = tmp_path / "runs.csv"
+    results.write_text("model,variant,backbone,data,seed,run_dir\nseq2seq,baseline,bart,scan_simple,1,runs/a,extra\n")
+    with pytest.raises(RunConfigError, match=rf"^{re.escape(str(results))}:2: 7 cells .*before training"):
+        run(smoke(tmp_path), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    results.write_text("dataset,split,programs\ncfq_mcd1,train,10\n")  # another kind of table
+    with pytest.raises(RunConfigError, match=r"runs.csv:1: no column 'model'"):
+        run(smoke(tmp_path), tmp_path / "run")
+
+
+def test_a_run_in_the_repository_records_its_directory_relative_to_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path)  # as if tmp_path were the checkout
+    row = run(smoke(tmp_path), tmp_path / "runs" / "x")
+    assert row["run_dir"] == "runs/x" == read_rows(tmp_path / "runs.csv")[0]["run_dir"]
+    assert run(smoke(tmp_path, "resume=true"), tmp_path / "runs" / "x")["time"] == row["time"]  # found: done
+
+
+def test_finished_rows_take_run_dirs_relative_to_the_repository_or_absolute(tmp_path, monkeypatch):
+    """Rows before issue 25 hold absolute run directories, later ones directories relative to the repository."""
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path)
+    run_dir = tmp_path / "runs" / "seq2seq-baseline" / "scan_simple" / "seed1"
+    key = {"model": "seq2seq", "variant": "baseline", "backbone": "bart", "data": "scan_simple", "seed": 1}
+    for recorded, protocol in ((str(run_dir), "old"), ("runs/seq2seq-baseline/scan_simple/seed1", "new"),
+                               ("runs/seq2seq-baseline/scan_simple/seed2", "other")):
+        append_row(tmp_path / "runs.csv", {**key, "run_dir": recorded, "protocol": protocol})
+    assert [row["protocol"] for row in finished_rows(smoke(tmp_path), run_dir)] == ["old", "new"]
 
 
 def test_unknown_names_fail_before_any_work(tmp_path):

@@ -239,7 +239,7 @@ def check_settings(settings: DictConfig, train: list[Example], formalism: Formal
 def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """``retrieval=input``: stage 1; ``retrieval=gandr``: stage 1, the fold models, stage 2. Records one row."""
     from zoo.registry import get_dataset
-    from zoo.train import RunConfigError, git_commit, record
+    from zoo.train import RunConfigError, git_commit, record, rows_before_training
 
     if cfg.model.name != "seq2seq":
         raise RunConfigError(f"retrieval={cfg.retrieval.name} augments seq2seq inputs: use model=seq2seq (or "
@@ -252,6 +252,8 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     train, val, test = datamodule.train, datamodule.val, datamodule.test
     settings = cfg.retrieval
     check_settings(settings, train, formalism, cfg.data.name)
+    if settings.name == "gandr" and (recall := template_recall_path(cfg.results_file)):
+        rows_before_training(recall)  # its row comes between the stages
     k, p, root = settings.k, settings.p, settings.stages_dir
     batch_size = cfg.data.eval_batch_size or cfg.data.batch_size
 
@@ -358,14 +360,20 @@ def template_recalls(train: list[Example], queries: list[Example], formalism: Fo
             for name, r in rankings.items()}
 
 
+def template_recall_path(results_file: str | None) -> Path | None:
+    """``template_recall.csv`` beside the results file; None without one (debug=smoke)."""
+    from zoo.train import REPO_ROOT
+
+    if not results_file:
+        return None
+    results = Path(results_file).parent
+    return (results if results.is_absolute() else REPO_ROOT / results) / "template_recall.csv"
+
+
 def record_template_recall(results_file: str | None, row: dict[str, Any]) -> None:
     """Append a row of template recalls to ``template_recall.csv`` beside the results file (none for debug=smoke),
     replacing the earlier row of the same dataset, subsample, k, alpha and seed."""
-    from zoo.train import REPO_ROOT
-
-    if results_file:
-        results = Path(results_file).parent
-        path = (results if results.is_absolute() else REPO_ROOT / results) / "template_recall.csv"
+    if path := template_recall_path(results_file):
         append_row(path, row, replacing=("data", "subsample", "k", "alpha", "seed"))
 
 

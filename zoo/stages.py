@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.results import read_rows
+from zoo.results import path_for_row, read_rows
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,6 @@ def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_di
         "hardware": stage_rows[-1]["hardware"],
         "peak_memory_mb": max(float(r["peak_memory_mb"]) for r in stage_rows),
         "resumed": any(str(r["resumed"]) == "True" for r in stage_rows),
-        "run_dir": str(run_dir),
-        "stage_dirs": " ".join(str(d) for d in stage_dirs),
+        "run_dir": path_for_row(run_dir),
+        "stage_dirs": " ".join(path_for_row(d) for d in stage_dirs),
     }

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from zoo.options import check_options
 from zoo.registry import get_dataset, get_model
-from zoo.results import append_row, read_rows, write_jsonl
+from zoo.results import (RUN_KEYS, ResultsFileError, Row, append_row, path_for_row, path_from_row, read_rows,
+                         write_jsonl)
 from zoo.stages import Rewrite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -247,7 +248,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             "hardware": hardware_string(trainer),
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
-            "run_dir": str(run_dir),
+            "run_dir": path_for_row(run_dir),
             "retested_checkpoint": tested or "",
         }
         record(cfg, run_dir, row)
@@ -300,12 +301,19 @@ def _saved_after(finished: dict[str, str], run_dir: Path) -> bool:
     return last.is_file() and last.stat().st_mtime > datetime.fromisoformat(finished["time"]).timestamp() + 1
 
 
-def finished_rows(cfg: DictConfig, run_dir: Path) -> list[dict[str, str]]:
+def finished_rows(cfg: DictConfig, run_dir: Path) -> list[Row]:
     """The results rows of the runs that finished in ``run_dir``, oldest first."""
-    results_file = results_path(cfg, run_dir)
-    if not results_file.exists():
-        return []
-    return [row for row in read_rows(results_file) if Path(row["run_dir"]).resolve() == run_dir.resolve()]
+    rows = rows_before_training(results_path(cfg, run_dir), required=(*RUN_KEYS, "run_dir"))
+    return [row for row in rows if path_from_row(row["run_dir"]).resolve() == run_dir.resolve()]
+
+
+def rows_before_training(path: Path, required: tuple[str, ...] = ()) -> list[Row]:
+    """``zoo.results.read_rows`` of a table a run will append to: one that would refuse the row at the end (a row
+    that does not fit, another kind of table) is refused before any training."""
+    try:
+        return read_rows(path, required)
+    except ResultsFileError as error:
+        raise RunConfigError(f"{error}: repair it, or give another results_file, before training") from None
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
