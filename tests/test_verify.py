@@ -44,3 +44,32 @@ def test_verify_names_each_broken_program_and_fails(tmp_path, capsys):
 def test_verify_unknown_dataset_is_reported_not_raised(capsys):
     assert main(["verify", "no_such_dataset", "--results", ""]) == 1
     assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
+
+
+def test_verify_writes_beside_zoo_results_else_into_the_repository(tmp_path, monkeypatch):
+    """Not into ./results of whatever directory it runs in, and not into the repository's under $ZOO_RESULTS."""
+    import zoo.results
+
+    good = {"question": "jump twice", "program": "i_twice ( i_jump ( ) )", "answer": "I_JUMP I_JUMP"}
+    for part in ("train", "dev", "test"):
+        path = tmp_path / "data" / "scan_sp" / "dsl" / f"{part}_simple.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(good) + "\n")
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path / "repo")  # (never the real repository's results/)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("ZOO_RESULTS", str(tmp_path / "scratch" / "runs.csv"))
+    assert main(["verify", "scan_sp_simple", "--root", str(tmp_path / "data")]) == 0
+    assert [r["split"] for r in read_rows(tmp_path / "scratch" / "formalisms.csv")] == ["train", "dev", "test"]
+    monkeypatch.delenv("ZOO_RESULTS")
+    assert main(["verify", "scan_sp_simple", "--root", str(tmp_path / "data")]) == 0
+    assert len(read_rows(tmp_path / "repo" / "results" / "formalisms.csv")) == 3
+    assert not (tmp_path / "cwd" / "results").exists()
+
+
+def test_a_damaged_results_table_is_said_before_verifying(tmp_path, capsys):
+    results = tmp_path / "formalisms.csv"
+    results.write_text("dataset,split,programs\nscan_sp_simple,train\n")
+    assert main(["verify", "no_such_dataset", "--results", str(results)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"{results}:2: 2 cells for the 3 columns of the header\n" and captured.out == ""

@@ -156,13 +156,22 @@ def main(argv: list[str] | None = None) -> int:
     verify = commands.add_parser("verify", help="parse, round-trip and execute every gold program of datasets")
     verify.add_argument("datasets", nargs="+", help="registry names, e.g. cfq_mcd1 geo_funql_iid")
     verify.add_argument("--root", default=None, help="data root (default: $ZOO_DATA, else <repo>/data)")
-    verify.add_argument("--results", default="results/formalisms.csv",
-                        help="CSV that gets one row per dataset split ('' to write none)")
+    verify.add_argument("--results", default=None, help="CSV that gets one row per dataset split (default: "
+                        "formalisms.csv beside $ZOO_RESULTS, else results/formalisms.csv; '' to write none)")
     args = parser.parse_args(argv)
 
     from datamodules import DataFormatError, MissingDataError
     from zoo.registry import RegistryError, load_all
-    from zoo.results import append_row
+    from zoo.results import ResultsFileError, append_row, read_rows, results_table
+
+    if args.results is None:
+        args.results = results_table("formalisms.csv")
+    try:  # a table the rows could not join: said now, not after the checks
+        if args.results:
+            read_rows(args.results)
+    except ResultsFileError as e:
+        print(e, file=sys.stderr)
+        return 1
 
     load_all()
     failed = False
