@@ -39,7 +39,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from datamodules.datamodule import LengthBucketBatchSampler  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
-from zoo.results import append_row  # noqa: E402
+from zoo.results import ResultsFileError, append_row, check_appendable, results_table  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=512, help="training batch (the reference schedule's)")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "ggd_speed.csv")
+    parser.add_argument("--out", type=Path, default=results_table("ggd_speed.csv"))
     args, overrides = parser.parse_known_args(argv)
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides, f"data.batch_size={args.batch_size}"])
@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> dict:
     precision = str(cfg.trainer.get("precision", "32-true"))
     if precision not in ("32-true", "32", "bf16-mixed"):
         sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
+    try:
+        check_appendable(args.out)
+    except ResultsFileError as e:
+        sys.exit(f"error: {e}")
     torch.manual_seed(cfg.seed)
     datamodule = prepared_data(cfg)
     params, featurizer = model_settings(cfg)

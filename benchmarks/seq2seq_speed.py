@@ -35,7 +35,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from zoo.parser import Parser  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
-from zoo.results import append_row  # noqa: E402
+from zoo.results import ResultsFileError, append_row, check_appendable, results_table  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.train import hardware_string, model_settings  # noqa: E402
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40, help="timed training steps per batching")
     parser.add_argument("--warmup", type=int, default=5, help="untimed training steps first")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "seq2seq_speed.csv")
+    parser.add_argument("--out", type=Path, default=results_table("seq2seq_speed.csv"))
     parser.add_argument("--checkpoint", type=Path, help="a trained seq2seq checkpoint to measure instead of fresh "
                         "weights (an untrained decoder runs every output to the length limit)")
     args, overrides = parser.parse_known_args(argv)
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides])
     if cfg.model.name != "seq2seq":
         sys.exit(f"error: model={cfg.model.name}: this benchmark measures the seq2seq backbone")
+    try:
+        check_appendable(args.out)
+    except ResultsFileError as e:
+        sys.exit(f"error: {e}")
     torch.manual_seed(cfg.seed)
     datamodule = prepared_data(cfg)
     if args.checkpoint:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import torch  # noqa: E402
 
 from zoo.parser import Parser  # noqa: E402
-from zoo.results import write_rows  # noqa: E402
+from zoo.results import results_table, write_rows  # noqa: E402
 
 
 def timed(function, *args):
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="*", default=[10, 20, 30, 40, 50], help="synthetic lengths")
     parser.add_argument("--repeats", type=int, default=5, help="synthetic sentences per length")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--out", default=str(ROOT / "results" / "span_cky_speed.csv"))
+    parser.add_argument("--out", default=str(results_table("span_cky_speed.csv")))
     args = parser.parse_args(argv)
     checkpoint = Path(args.checkpoint)
     if not checkpoint.is_file():

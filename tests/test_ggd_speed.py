@@ -33,3 +33,11 @@ def test_ggd_speed_benchmark_on_smoke(tmp_path):
     assert (row["precision"], bucketed["precision"]) == ("32-true", "bf16-mixed") and bucketed["examples_per_s"] > 0
     with pytest.raises(SystemExit, match="training examples"):
         ggd_speed.main(["debug=smoke", "--batch-size", "8", "--steps", "10", "--out", str(out)])
+
+
+def test_a_damaged_speed_table_is_said_before_measuring(tmp_path, monkeypatch):
+    out = tmp_path / "speed.csv"
+    out.write_text("data,batch_size\ncfq_mcd1,512,extra\n")
+    monkeypatch.setattr(ggd_speed, "prepared_data", None)  # measuring would call it
+    with pytest.raises(SystemExit, match=rf"^error: {out}:2: 3 cells for the 2 columns of the header$"):
+        ggd_speed.main(["debug=smoke", "--out", str(out)])

@@ -217,3 +217,13 @@ def test_queries_equal_up_to_variable_names():
     b = "SELECT count ( * ) WHERE { ?x1 a film.film . ?x0 a film.actor . M0 film.film.directed_by ?x0 }"
     assert SPARQL.equal_up_to_variable_names(a, b) and SPARQL.canonical(a) != SPARQL.canonical(b)
     assert not SPARQL.equal_up_to_variable_names(a, b.replace("?x0 a film.actor", "?x0 a film.editor"))
+
+
+@pytest.mark.parametrize("command", ["distance", "execute"])
+def test_cli_says_a_damaged_results_table_first(tmp_path, capsys, command):
+    from zoo.ir.graphq.__main__ import main
+
+    results = tmp_path / "graphq.csv"
+    results.write_bytes(b"dataset,seed\ncfq_mcd1,\xff\n")
+    assert main([command, "--data", "no_such_dataset", "--results", str(results)]) == 1
+    assert capsys.readouterr().err == f"{results}:2:10: byte 0xff is not UTF-8 (results tables are UTF-8 text)\n"

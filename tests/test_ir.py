@@ -138,3 +138,11 @@ def test_verify_cli_writes_a_row_and_fails_on_an_unknown_ir(tmp_path, capsys):
     assert "round-trip" in capsys.readouterr().out
     assert [row["dataset"] for row in read_rows(results)] == ["geo_sql_iid"]
     assert main(["verify", "--ir", "rir", "--data", "geo_funql_iid", "--results", ""]) == 1
+
+
+def test_verify_cli_says_a_damaged_results_table_first(tmp_path, capsys):
+    results = tmp_path / "ir.csv"
+    results.write_text("ir,dataset\nrir\n")
+    assert main(["verify", "--ir", "rir", "--data", "geo_sql_iid", "--results", str(results)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"{results}:2: 1 cells for the 2 columns of the header\n" and captured.out == ""

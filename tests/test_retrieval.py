@@ -246,3 +246,11 @@ def test_recall_command_records_input_and_oracle_recall(tmp_path, capsys):
     assert row["data"] == "geo_sql_iid" and row["subsample"] == "sample100" and row["k"] == "2"
     assert 0 <= float(row["recall_input"]) <= float(row["recall_output_oracle"]) <= 1
     assert not row.get("recall_hybrid") and "recall_input" in capsys.readouterr().out
+
+
+def test_recall_command_says_a_damaged_recall_table_first(tmp_path):
+    from zoo.retrieval import main
+
+    (tmp_path / "template_recall.csv").write_text("data,k\n\"geo_sql_iid,4\n")
+    with pytest.raises(SystemExit, match=r"template_recall.csv:2: column 1 \(data\): the quote that opens"):
+        main(["recall", "--data", "no_such_dataset", "--results", str(tmp_path / "runs.csv")])

@@ -1,6 +1,8 @@
 """benchmarks/seq2seq_speed.py on debug=smoke: it measures, counts FLOPs and writes its rows."""
 import sys
 
+import pytest
+
 from conftest import REPO, needs_mirror
 from zoo.results import read_rows
 
@@ -20,3 +22,11 @@ def test_speed_benchmark_on_smoke(tmp_path):
     assert rows[0]["backbone"] == "bart-tiny-scratch" and rows[0]["weights"] == "untrained"
     seq2seq_speed.main(["debug=smoke", "--steps", "2", "--warmup", "1", "--out", str(out)])
     assert len(read_rows(out)) == 3  # a rerun replaces its rows
+
+
+def test_a_damaged_speed_table_is_said_before_measuring(tmp_path, monkeypatch):
+    out = tmp_path / "speed.csv"
+    out.write_text("phase,batch_size\ntrain,32,extra\n")
+    monkeypatch.setattr(seq2seq_speed, "prepared_data", None)  # measuring would call it
+    with pytest.raises(SystemExit, match=rf"^error: {out}:2: 3 cells for the 2 columns of the header$"):
+        seq2seq_speed.main(["debug=smoke", "--out", str(out)])

@@ -120,6 +120,14 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
     return rows
 
 
+def check_appendable(*paths: str | Path | None) -> None:
+    """Read the tables a command will append to (None or '' for none) before it works: one that its rows could not
+    join is a ResultsFileError now, not rows set aside when the work is done."""
+    for path in paths:
+        if path:
+            read_rows(path)
+
+
 def cell_error(path: str | Path, row: Row, column: str, problem: str) -> ResultsFileError:
     """``<path>:<line>: column <k> (<name>) <problem>``: a cell that a reader cannot use."""
     return ResultsFileError(f"{path}:{row.line}: column {list(row).index(column) + 1} ({column}) {problem}")

@@ -380,11 +380,12 @@ def record_template_recall(results_file: str | None, row: dict[str, Any]) -> Non
 def main(argv: list[str] | None = None) -> None:
     """``python -m zoo.retrieval recall``: template recall@k of input and oracle-output retrieval, no training."""
     import argparse
+    import sys
 
     from datamodules import ParsingDataModule
     from zoo import subsample_suffix
     from zoo.registry import get_dataset
-    from zoo.train import REPO_ROOT
+    from zoo.results import ResultsFileError, check_appendable, runs_file
 
     parser = argparse.ArgumentParser(prog="python -m zoo.retrieval", description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -392,9 +393,14 @@ def main(argv: list[str] | None = None) -> None:
     recall.add_argument("--data", nargs="+", required=True,
                         help="registry names, each optionally with data options: atis_sql_iid:train_limit=1000")
     recall.add_argument("--k", type=int, default=4)
-    recall.add_argument("--results", default=str(REPO_ROOT / "results" / "runs.csv"),
-                        help="template_recall.csv is written beside this file; '' writes nothing")
+    recall.add_argument("--results", default=str(runs_file()),
+                        help="template_recall.csv is written beside this file (default: $ZOO_RESULTS, else "
+                             "results/runs.csv); '' writes nothing")
     args = parser.parse_args(argv)
+    try:
+        check_appendable(template_recall_path(args.results))
+    except ResultsFileError as e:
+        sys.exit(f"error: {e}")
     for entry in args.data:
         name, *options = entry.split(":")
         data_options = {key: int(value) for key, value in (option.split("=", 1) for option in options)}

@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from zoo.formalisms import FormalismError, get_formalism
+from zoo.results import ResultsFileError, append_row, check_appendable, results_table
 from zoo.types import Example
 
 CHECKS = ("parsed", "round-trip", "executed", "matches given answers", "interpreted")
@@ -156,19 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     verify = commands.add_parser("verify", help="parse, round-trip and execute every gold program of datasets")
     verify.add_argument("datasets", nargs="+", help="registry names, e.g. cfq_mcd1 geo_funql_iid")
     verify.add_argument("--root", default=None, help="data root (default: $ZOO_DATA, else <repo>/data)")
-    verify.add_argument("--results", default=None, help="CSV that gets one row per dataset split (default: "
-                        "formalisms.csv beside $ZOO_RESULTS, else results/formalisms.csv; '' to write none)")
+    verify.add_argument("--results", default=results_table("formalisms.csv"), help="CSV that gets one row per "
+                        "dataset split (default: beside $ZOO_RESULTS, else results/formalisms.csv; '' to write none)")
     args = parser.parse_args(argv)
 
     from datamodules import DataFormatError, MissingDataError
     from zoo.registry import RegistryError, load_all
-    from zoo.results import ResultsFileError, append_row, read_rows, results_table
 
-    if args.results is None:
-        args.results = results_table("formalisms.csv")
-    try:  # a table the rows could not join: said now, not after the checks
-        if args.results:
-            read_rows(args.results)
+    try:
+        check_appendable(args.results)
     except ResultsFileError as e:
         print(e, file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from statistics import mean
 
 from zoo.formalisms import FormalismError, get_formalism
 from zoo.ir import IRError, UnsupportedIRError, get_ir
+from zoo.results import ResultsFileError, append_row, check_appendable, results_table
 
 MAX_FAILURES_SHOWN = 5
 
@@ -93,14 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--ir", required=True, help="rir | lir (python -m zoo.ir lists what a formalism has)")
     command.add_argument("--data", required=True, nargs="+", help="registry names, e.g. geo_sql_template")
     command.add_argument("--root", default=None, help="data root (default: $ZOO_DATA)")
-    command.add_argument("--results", default="results/ir_verify.csv",
-                         help="CSV that gets one row per IR and dataset, replacing an earlier one ('' to write none)")
+    command.add_argument("--results", default=results_table("ir_verify.csv"),
+                         help="CSV that gets one row per IR and dataset, replacing an earlier one (default: beside "
+                              "$ZOO_RESULTS, else results/ir_verify.csv; '' to write none)")
     args = parser.parse_args(argv)
 
     from datamodules import DataFormatError, MissingDataError
     from zoo.registry import RegistryError, load_all
-    from zoo.results import append_row
 
+    try:
+        check_appendable(args.results)
+    except ResultsFileError as e:
+        print(e, file=sys.stderr)
+        return 1
     load_all()
     failed = False
     for dataset in args.data:

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from zoo.formalisms import FormalismError
 from zoo.formalisms.sparql import CfqSparql
 from zoo.ir.graphq import parse, unparse
+from zoo.results import ResultsFileError, append_row, check_appendable, results_table, write_jsonl
 
 
 def translate(text: str, target: str) -> str:
@@ -154,14 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--noise-graphs", type=int, default=2, help="pure-noise graphs per query")
     command.add_argument("--timeout-s", type=float, default=10.0, help="time limit of one query")
     command.add_argument("--root", default=None, help="data root (default: $ZOO_DATA)")
-    command.add_argument("--results", default="results/graphq_execution.csv", help="'' to write none")
-    command.add_argument("--disagreements", default="results/graphq_disagreements.jsonl")
+    command.add_argument("--results", default=results_table("graphq_execution.csv"),
+                         help="default: beside $ZOO_RESULTS, else in results/; '' to write none")
+    command.add_argument("--disagreements", default=results_table("graphq_disagreements.jsonl"))
     command = commands.add_parser("distance", help="utterance-to-representation embedding distance (paper §5)")
     command.add_argument("--data", default="cfq_mcd1")
     command.add_argument("--sample", type=int, default=1000, help="dev examples to sample")
     command.add_argument("--seed", type=int, default=0)
     command.add_argument("--root", default=None, help="data root (default: $ZOO_DATA)")
-    command.add_argument("--results", default="results/graphq_distance.csv", help="'' to write none")
+    command.add_argument("--results", default=results_table("graphq_distance.csv"),
+                         help="default: beside $ZOO_RESULTS, else in results/; '' to write none")
     args = parser.parse_args(argv)
 
     if args.command == "translate":
@@ -172,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
 
-    from zoo.results import append_row, write_jsonl
-
+    try:
+        check_appendable(args.results)
+    except ResultsFileError as e:
+        print(e, file=sys.stderr)
+        return 1
     if args.command == "distance":
         rows = distance(args.data, args.sample, args.seed, args.root)
         print(f"{'representation':<15} {'mean distance':>13} {'std':>7} {'vs SPARQL':>9}")
