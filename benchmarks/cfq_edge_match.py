@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
 from zoo.formalisms.sparql import TYPE_RELATION, SparqlQuery, emr_view  # noqa: E402
-from zoo.results import read_rows, write_rows  # noqa: E402
+from zoo.results import (RUN_KEYS, ResultsFileError, fraction, path_from_row, read_rows, results_table,  # noqa: E402
+                         runs_file, write_rows)
 
 NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
 TOLERANCE = 1e-4  # a predictions file must reproduce its row's exact match to this precision
@@ -119,26 +120,33 @@ def rescore(predictions: Path) -> dict[str, float | int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", default=str(ROOT / "results" / "runs.csv"), help="results file to read runs from")
-    parser.add_argument("--out", default=str(ROOT / "results" / "cfq_edge_match.csv"))
+    parser.add_argument("--runs", default=str(runs_file()),
+                        help="results file to read runs from (default: $ZOO_RESULTS, else results/runs.csv)")
+    parser.add_argument("--out", default=str(results_table("cfq_edge_match.csv")))
     parser.add_argument("--model", help="only rows of this model")
     parser.add_argument("--data", help="only rows of this dataset")
     args = parser.parse_args(argv)
-    rows = [r for r in read_rows(args.runs) if r["data"].startswith("cfq_")
-            and (args.model is None or r["model"] == args.model) and (args.data is None or r["data"] == args.data)]
+    try:
+        rows = [r for r in read_rows(args.runs, required=(*RUN_KEYS, "git_commit", "run_dir", "test_exact_match"))
+                if r["data"].startswith("cfq_") and (args.model is None or r["model"] == args.model)
+                and (args.data is None or r["data"] == args.data)]
+        recorded = [fraction(args.runs, row, "test_exact_match") for row in rows]
+    except ResultsFileError as e:
+        print(e, file=sys.stderr)
+        return 1
     if not rows:
         print(f"no CFQ rows in {args.runs} for model={args.model} data={args.data}", file=sys.stderr)
         return 1
     table = []
-    for row in rows:
-        predictions = Path(row["run_dir"]) / "predictions.jsonl"
+    for row, exact_match in zip(rows, recorded):
+        predictions = path_from_row(row["run_dir"]) / "predictions.jsonl"
         if not predictions.exists():
             print(f"skip {row['run_dir']}: no predictions.jsonl", file=sys.stderr)
             continue
         scores = rescore(predictions)
-        if abs(scores["test_exact_match"] - float(row["test_exact_match"])) > TOLERANCE:
+        if abs(scores["test_exact_match"] - exact_match) > TOLERANCE:
             print(f"skip {row['run_dir']}: its predictions give exact match {scores['test_exact_match']:.4f}, "
-                  f"its row {float(row['test_exact_match']):.4f} (the directory was reused)", file=sys.stderr)
+                  f"its row {exact_match:.4f} (the directory was reused)", file=sys.stderr)
             continue
         out = {key: row[key] for key in ("model", "variant", "backbone", "data", "seed", "git_commit", "run_dir")}
         out.update({key: round(value, 6) if isinstance(value, float) else value for key, value in scores.items()})

@@ -30,11 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ir_table import CELL, method_tables  # noqa: E402
+from ir_table import CELL, method_tables, read_runs  # noqa: E402
 from zoo import split_variant  # noqa: E402
-from zoo.results import atomic_path, write_rows  # noqa: E402
+from zoo.results import (ResultsFileError, atomic_path, path_from_row, read_rows, results_table,  # noqa: E402
+                         runs_file, write_rows)
 
 ALPHA = "gandr-k4-a"
+# template_recall.csv: columns every row fills (python -m zoo.retrieval recall leaves alpha and seed empty, and
+# writes no recall_hybrid)
+RECALL_COLUMNS = ("data", "k", "n", "recall_input", "recall_output_oracle")
 
 
 def retrieval_methods(runs: pd.DataFrame) -> list[str]:
@@ -52,6 +56,7 @@ def recall_table(recall: pd.DataFrame) -> list[str]:
     def cell(value, form="{:.1f}", scale=100):  # rows of python -m zoo.retrieval recall have no alpha, seed, hybrid
         return "–" if pd.isna(value) else form.format(scale * value)
 
+    recall = recall.reindex(columns=[*RECALL_COLUMNS, "subsample", "alpha", "seed", "recall_hybrid"])
     for row in recall.sort_values(["data", "subsample", "alpha", "seed"]).itertuples():
         data = f"{row.data} ({row.subsample})" if isinstance(row.subsample, str) and row.subsample else row.data
         out.append(f"| {data} | {row.k} | {cell(row.alpha, '{:g}', 1)} | {cell(row.seed, '{:.0f}', 1)} | {row.n} | "
@@ -68,7 +73,7 @@ def copying(runs: pd.DataFrame) -> list[dict]:
     """Per retrieval run whose predictions are on disk: gold programs among the exemplars, and exact matches."""
     rows = []
     for run in runs[runs["variant"].astype(str).str.match(r"input_tfidf|gandr")].itertuples():
-        path = Path(str(run.run_dir)) / "predictions.jsonl"
+        path = path_from_row(str(run.run_dir)) / "predictions.jsonl"
         if not path.is_file():
             continue
         predictions = [json.loads(line) for line in path.read_text().splitlines()]
@@ -131,16 +136,22 @@ def alpha_sweep(runs: pd.DataFrame, out: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=ROOT / "results" / "runs.csv")
-    parser.add_argument("--recall", type=Path, default=ROOT / "results" / "template_recall.csv")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "gandr_table.md")
-    parser.add_argument("--plot", type=Path, default=ROOT / "results" / "gandr_alpha.png")
-    parser.add_argument("--copying", type=Path, default=ROOT / "results" / "gandr_exemplars.csv")
+    parser.add_argument("--runs", type=Path, default=runs_file(), help="default: $ZOO_RESULTS, else results/runs.csv")
+    parser.add_argument("--recall", type=Path, default=results_table("template_recall.csv"))
+    parser.add_argument("--out", type=Path, default=results_table("gandr_table.md"))
+    parser.add_argument("--plot", type=Path, default=results_table("gandr_alpha.png"))
+    parser.add_argument("--copying", type=Path, default=results_table("gandr_exemplars.csv"))
     args = parser.parse_args(argv)
-    runs = pd.read_csv(args.runs, dtype={"variant": str})
+    try:
+        runs = read_runs(args.runs)
+        read_rows(args.recall, required=RECALL_COLUMNS)
+    except ResultsFileError as e:
+        sys.exit(f"error: {e}")
     runs["protocol"] = runs["protocol"].fillna("") if "protocol" in runs else ""
     # only the backbones and protocols with retrieval runs: their baselines are the ir_table's too
     retrieval = runs[runs["variant"].astype(str).str.match(r"input_tfidf|gandr")]
+    if retrieval.empty:
+        sys.exit(f"error: {args.runs}: no retrieval run (variant input_tfidf-... or gandr-...) to report")
     runs = runs[runs.set_index(["backbone", "protocol"]).index.isin(retrieval.set_index(["backbone", "protocol"]).index)]
     text = method_tables(runs, retrieval_methods(runs), [
         "# Exemplar retrieval (GandR): test exact match (%)", "",

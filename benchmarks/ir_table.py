@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo import split_variant  # noqa: E402
-from zoo.results import atomic_path  # noqa: E402
+from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, fraction, read_rows, results_table,  # noqa: E402
+                         runs_file)
 
 PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir", "graphq")
 CELL = ("Cell: exact match, mean over seeds (n = seeds) · training minutes of all stages · training examples/s. "
@@ -70,6 +71,17 @@ def method_tables(runs: pd.DataFrame, methods: Sequence[str], header: list[str])
     return "\n".join(out)
 
 
+def read_runs(path: Path) -> pd.DataFrame:
+    """The runs table as a frame, once ``zoo.results.read_rows`` has read it whole: a row that does not fit, a
+    missing key column or an exact match that is not a fraction is a ResultsFileError, not a NaN in a cell."""
+    rows = read_rows(path, required=(*RUN_KEYS, "test_exact_match"))
+    if not rows:
+        raise ResultsFileError(f"{path}: no runs (benchmarks/run.py appends one per finished run)")
+    for row in rows:
+        fraction(path, row, "test_exact_match")
+    return pd.read_csv(path, dtype={"variant": str})
+
+
 def convergence_mark(runs: pd.DataFrame) -> str:
     """`` †k`` when k of ``runs`` had not converged, `` ?`` when some were recorded without the verdict, else ""."""
     verdicts = runs["converged"].astype(str) if "converged" in runs else pd.Series(["nan"] * len(runs))
@@ -81,10 +93,13 @@ def convergence_mark(runs: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=ROOT / "results" / "runs.csv")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "ir_table.md")
+    parser.add_argument("--runs", type=Path, default=runs_file(), help="default: $ZOO_RESULTS, else results/runs.csv")
+    parser.add_argument("--out", type=Path, default=results_table("ir_table.md"))
     args = parser.parse_args(argv)
-    table = ir_tables(pd.read_csv(args.runs, dtype={"variant": str}))
+    try:
+        table = ir_tables(read_runs(args.runs))
+    except ResultsFileError as e:
+        sys.exit(f"error: {e}")
     with atomic_path(args.out) as tmp:
         tmp.write_text(table)
     print(table)

@@ -71,3 +71,24 @@ def test_main_writes_one_row_per_run_and_skips_reused_directories(tmp_path, caps
         rows = list(csv.DictReader(f))
     assert [(r["seed"], r["test_edge_exact_match"]) for r in rows] == [("1", "0.5")]
     assert "reused" in capsys.readouterr().err
+
+
+def test_main_finds_run_dirs_relative_to_the_repository_and_names_a_damaged_table(tmp_path, monkeypatch, capsys):
+    import zoo.results
+
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path)  # as if tmp_path were the checkout
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    write_predictions(tmp_path / "runs" / "a" / "predictions.jsonl", [(GOLD, GOLD), (GOLD, "<unprintable>")])
+    runs, out = tmp_path / "runs.csv", tmp_path / "edges.csv"
+    header = "model,variant,backbone,data,seed,git_commit,run_dir,test_exact_match\n"
+    runs.write_text(header + "ggd,ggd,b,cfq_mcd1,1,abc,runs/a,0.5\n")
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 0
+    with open(out) as f:
+        assert [r["run_dir"] for r in csv.DictReader(f)] == ["runs/a"]
+    runs.write_text(header + "ggd,ggd,b,cfq_mcd1,1,abc,runs/a,50.0\n")  # percent: the check would skip it as reused
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 1
+    assert capsys.readouterr().err.endswith(f"{runs}:2: column 8 (test_exact_match) is '50.0', not a fraction "
+                                            "in [0, 1]\n")
+    runs.write_text(header + "ggd,ggd,b,cfq_mcd1,1,abc\n")
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == f"{runs}:2: 6 cells for the 8 columns of the header\n"

@@ -4,6 +4,8 @@ import json
 import importlib.util
 import sys
 
+import pytest
+
 from conftest import REPO
 
 _spec = importlib.util.spec_from_file_location("gandr_report", REPO / "benchmarks" / "gandr_report.py")
@@ -56,3 +58,58 @@ def test_report_tables_and_alpha_plot(tmp_path):
     assert "| geo_sql_iid | input_tfidf-k4 | t5-mini-scratch | 1 | 1 / 3 | 1 / 1 | 1 / 2 |" in text
     assert gandr_report.exemplar_programs("x || a & b c || d & e") == ["b c", "e"]
     assert plot.read_bytes()[:4] == b"\x89PNG" and "alpha.png" in text
+
+
+def test_run_dirs_relative_to_the_repository_and_a_recall_table_without_hybrid(tmp_path, monkeypatch):
+    import zoo.results
+
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path)  # as if tmp_path were the checkout
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "predictions.jsonl").write_text(
+        json.dumps({"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 1 ;", "correct": True}) + "\n")
+    write_csv(tmp_path / "runs.csv", [{"model": "seq2seq", "variant": "input_tfidf-k4", "backbone": "t5",
+                                       "data": "geo_sql_iid", "seed": 1, "test_exact_match": 1.0,
+                                       "train_seconds": 60, "train_examples_per_s": 10, "run_dir": "runs/a"}])
+    write_csv(tmp_path / "recall.csv", [{"data": "cfq_mcd1", "subsample": "", "split": "val", "n": 49, "k": 4,
+                                         "alpha": "", "seed": "", "recall_input": 0.6, "recall_output_oracle": 0.8}])
+    out = tmp_path / "gandr.md"
+    gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
+                       "--out", str(out), "--plot", str(tmp_path / "alpha.png"),
+                       "--copying", str(tmp_path / "copying.csv")])
+    text = out.read_text()
+    assert "| geo_sql_iid | input_tfidf-k4 | t5 | 1 | 1 / 1 | 1 / 1 | 0 / 0 |" in text
+    assert "| cfq_mcd1 | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
+
+
+@pytest.mark.parametrize("script", ["gandr_report", "ir_table"])
+def test_a_damaged_runs_table_is_one_line(tmp_path, capsys, script):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,variant,backbone,data,seed,test_exact_match\nseq2seq,baseline,t5,geo_sql_iid,1,0.5,x\n")
+    with pytest.raises(SystemExit) as error:
+        sys.modules[script].main(["--runs", str(runs), "--out", str(tmp_path / "out.md")])
+    assert error.value.code == f"error: {runs}:2: 7 cells for the 6 columns of the header"
+    runs.write_text("model,variant,backbone,seed,test_exact_match\nseq2seq,baseline,t5,1,0.5\n")
+    with pytest.raises(SystemExit) as error:
+        sys.modules[script].main(["--runs", str(runs), "--out", str(tmp_path / "out.md")])
+    assert error.value.code.startswith(f"error: {runs}:1: no column 'data'")
+    assert not (tmp_path / "out.md").exists()
+
+
+def test_tables_follow_zoo_results(tmp_path, monkeypatch):
+    import zoo.results
+
+    repo = tmp_path / "repo"  # (never the repository's own results/, whichever default the code takes)
+    monkeypatch.setattr(zoo.results, "REPO_ROOT", repo)
+    monkeypatch.setattr(sys.modules["ir_table"], "ROOT", repo)
+    monkeypatch.setattr(gandr_report, "ROOT", repo)
+    monkeypatch.setenv("ZOO_RESULTS", str(tmp_path / "runs.csv"))
+    rir = {"model": "seq2seq", "variant": "rir", "backbone": "t5", "data": "geo_sql_iid", "seed": 1,
+           "test_exact_match": 0.5, "train_seconds": 60, "train_examples_per_s": 10, "run_dir": "runs/a"}
+    write_csv(tmp_path / "runs.csv", [rir])
+    sys.modules["ir_table"].main([])
+    assert "**50.0** (n=1)" in (tmp_path / "ir_table.md").read_text()
+    with pytest.raises(SystemExit, match="no retrieval run"):
+        gandr_report.main([])
+    write_csv(tmp_path / "runs.csv", [rir, {**rir, "variant": "input_tfidf-k4"}])
+    gandr_report.main([])
+    assert (tmp_path / "gandr_table.md").is_file() and not repo.exists()
