@@ -139,7 +139,8 @@ def test_a_damaged_runs_table_is_one_line_naming_file_line_and_column(tmp_path, 
 def test_a_table_without_test_metrics_says_so(tmp_path, capsys):
     header = [name if name != "test_exact_match" else "exact_match" for name in HEADER]
     runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", 1, "0.5")], header)
-    assert one_line_error(runs, capsys, tmp_path) == f"leaderboard: {runs}:1: no test_<metric> column: not a runs table?"
+    message = one_line_error(runs, capsys, tmp_path)
+    assert message == f"leaderboard: {runs}:1: no test_<metric> column: not a runs table?"
 
 
 def test_rows_without_a_metric_are_reported(tmp_path, capsys):

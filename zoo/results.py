@@ -114,8 +114,11 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
                     if not row[column].strip():
                         raise cell_error(path, row, column, "is empty")
     except csv.Error as error:
-        unclosed = "the file ends inside it" if "end of data" in str(error) else f"line {reader.line_num}: {error}"
-        raise ResultsFileError(_quote_problem(path, lines, start, header or [], unclosed)
+        if "end of data" in str(error):
+            consequence = "the file ends inside it"
+        else:
+            consequence = f"it runs on to line {reader.line_num} ({error})" if reader.line_num > start else str(error)
+        raise ResultsFileError(_quote_problem(path, lines, start, header or [], consequence)
                                or f"{path}:{reader.line_num}: {error}") from None
     return rows
 
