@@ -46,6 +46,7 @@ def test_concurrent_appends_keep_every_row(tmp_path):
      ":2: column 2 (variant): the quote that opens this cell does not close at a cell's end; it runs on to line 4"),
     (HEADER + 'seq2seq,baseline,"bart"x,scan_simple,1,0.5,runs/a\n', ":2: column 3 (backbone): the quote that"),
     (HEADER + GOOD.replace("bart", "b\xe4rt"), ":2:19: byte 0xe4 is not UTF-8"),
+    (HEADER + GOOD + "\0" * 30, ":3:1: a NUL byte"),  # blocks a crash left unwritten
     ("model,data,,seed\n", ":1: column 3 has no name"),
     ("model,data,seed,data\n", ":1: column 4 repeats the name 'data' of column 2"),
 ])

@@ -148,6 +148,9 @@ def test_a_damaged_results_file_is_refused_before_training(tmp_path):
     results.write_text("dataset,split,programs\ncfq_mcd1,train,10\n")  # another kind of table
     with pytest.raises(RunConfigError, match=r"runs.csv:1: no column 'model'"):
         run(smoke(tmp_path), tmp_path / "run")
+    with pytest.raises(RunConfigError, match=r"runs.csv/runs.csv: cannot write there"):  # no folder can be made
+        run(smoke(tmp_path, f"results_file={results / 'runs.csv'}"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_run_in_the_repository_records_its_directory_relative_to_it(tmp_path, monkeypatch):

@@ -158,12 +158,19 @@ def _utf8_text(path: Path) -> str:
         raise ResultsFileError(f"{path}: cannot read it ({error.strerror})") from None
     data = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as spreadsheets save
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - data.rfind(b"\n", 0, error.start)
-        raise ResultsFileError(f"{path}:{line}:{column}: byte 0x{data[error.start]:02x} is not UTF-8 "
+        raise ResultsFileError(f"{_position(path, data, error.start)}: byte 0x{data[error.start]:02x} is not UTF-8 "
                                "(results tables are UTF-8 text)") from None
+    if b"\0" in data:  # what a crash leaves in the blocks a file had not yet written
+        raise ResultsFileError(f"{_position(path, data, data.index(0))}: a NUL byte (damaged on disk?)")
+    return text
+
+
+def _position(path: Path, data: bytes, offset: int) -> str:
+    """``<path>:<line>:<column>`` of a byte offset."""
+    line, column = data.count(b"\n", 0, offset) + 1, offset - data.rfind(b"\n", 0, offset)
+    return f"{path}:{line}:{column}"
 
 
 def _checked_header(path: Path, line: int, header: list[str], required: Sequence[str]) -> list[str]:

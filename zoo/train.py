@@ -309,11 +309,15 @@ def finished_rows(cfg: DictConfig, run_dir: Path) -> list[Row]:
 
 def rows_before_training(path: Path, required: tuple[str, ...] = ()) -> list[Row]:
     """``zoo.results.read_rows`` of a table a run will append to: one that would refuse the row at the end (a row
-    that does not fit, another kind of table) is refused before any training."""
+    that does not fit, another kind of table, a folder that cannot be written) is refused before any training."""
     try:
-        return read_rows(path, required)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a"):  # (what append_row will open)
+            return read_rows(path, required)
     except ResultsFileError as error:
         raise RunConfigError(f"{error}: repair it, or give another results_file, before training") from None
+    except OSError as error:
+        raise RunConfigError(f"{path}: cannot write there ({error.strerror}): give another results_file") from None
 
 
 def _resume_path(cfg: DictConfig, checkpoint_dir: Path) -> str | None:
