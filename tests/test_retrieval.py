@@ -190,7 +190,7 @@ def test_bad_settings_fail_before_training(tmp_path):
     with pytest.raises(RunConfigError, match="use model=seq2seq"):
         run(smoke(tmp_path, "model=span_cky", "data=scan_sp_simple", "retrieval=input"), tmp_path / "run")
     recall = tmp_path / "results" / "template_recall.csv"  # GandR appends to it between its stages
-    recall.parent.mkdir()
+    recall.parent.mkdir(exist_ok=True)
     recall.write_text("data,k\ngeo_sql_iid,4,extra\n")
     with pytest.raises(RunConfigError, match=r"template_recall.csv:2: 3 cells .*before training"):
         run(smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr"), tmp_path / "run")

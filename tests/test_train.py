@@ -158,6 +158,8 @@ def test_a_run_in_the_repository_records_its_directory_relative_to_it(tmp_path, 
     row = run(smoke(tmp_path), tmp_path / "runs" / "x")
     assert row["run_dir"] == "runs/x" == read_rows(tmp_path / "runs.csv")[0]["run_dir"]
     assert run(smoke(tmp_path, "resume=true"), tmp_path / "runs" / "x")["time"] == row["time"]  # found: done
+    retested = run(smoke(tmp_path, "test_only=true"), tmp_path / "runs" / "x")
+    assert retested["retested_checkpoint"] == "runs/x/checkpoints/best.ckpt"
 
 
 def test_finished_rows_take_run_dirs_relative_to_the_repository_or_absolute(tmp_path, monkeypatch):

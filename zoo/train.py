@@ -249,7 +249,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
             "run_dir": path_for_row(run_dir),
-            "retested_checkpoint": tested or "",
+            "retested_checkpoint": path_for_row(tested) if tested else "",
         }
         record(cfg, run_dir, row)
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
