@@ -26,12 +26,13 @@ from zoo.ir import UnsupportedIRError  # noqa: E402
 from zoo.options import OptionError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
 from zoo.registry import RegistryError  # noqa: E402
+from zoo.results import ResultsFileError  # noqa: E402
 from zoo.retrieval import RetrievalError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
 
 # Mistakes in the command or the data: reported in one message, without a traceback.
-USER_ERRORS = (RegistryError, OptionError, RunConfigError, UnsupportedFormalismError, UnsupportedIRError, RetrievalError,
-               MissingDataError, DataFormatError, DataConfigError)
+USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
+               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")
