@@ -185,6 +185,19 @@ def test_runaway_query_times_out_quickly():
 
 
 @needs_mirror
+@pytest.mark.parametrize("query", ["SELECT replace(hex(zeroblob(100000000)), '0', 'ab')",
+                                   "SELECT length(zeroblob(2000000))",
+                                   "SELECT 1 WHERE 1 = 1" + " AND 1 = 1" * 20_000])
+def test_a_query_building_huge_values_fails_at_once(world, query):
+    """One step of SQLite (zeroblob) is out of the time limit's reach: the size limits stop it."""
+    start = time.monotonic()
+    with pytest.raises(FormalismError, match="too big|too long|too large"):
+        world.query(query)
+    assert time.monotonic() - start < 1
+    assert world.query("SELECT COUNT(*) FROM city") == [(386,)]
+
+
+@needs_mirror
 def test_row_limit(world):
     assert world.max_rows == 100_000
     with pytest.raises(FormalismError, match="more than 100000 result rows"):  # 386 * 386 = 148996 rows

@@ -135,6 +135,12 @@ def _mysql_dump_statements(text: str) -> Iterable[str]:
             yield statement
 
 
+QUERY_LIMITS = {sqlite3.SQLITE_LIMIT_LENGTH: 1_000_000,  # bytes of one string or blob (results, intermediates)
+                sqlite3.SQLITE_LIMIT_SQL_LENGTH: 100_000,  # bytes of one query
+                sqlite3.SQLITE_LIMIT_COLUMN: 1_000, sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 500,
+                sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 100, sqlite3.SQLITE_LIMIT_ATTACHED: 0}
+
+
 class SqlWorld:
     """A database that queries run against, read-only, with a time limit and a row limit per query.
 
@@ -171,6 +177,10 @@ class SqlWorld:
         except sqlite3.Error as e:
             raise FormalismError(f"sql: cannot load the database {path}: {e}") from None
         connection.set_authorizer(_authorize)
+        # One step of SQLite's machine cannot be interrupted by the time limit: zeroblob(1e8) or replace() over it
+        # builds gigabytes at once. Cap every value and query text far above what a real query needs.
+        for limit, value in QUERY_LIMITS.items():
+            connection.setlimit(limit, value)
         return connection
 
     def query(self, sql: str) -> list[tuple]:
