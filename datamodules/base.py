@@ -11,6 +11,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +130,33 @@ def check_files(spec: DatasetSpec, root: str | os.PathLike) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------------------------------------------
 # Reading
 # ----------------------------------------------------------------------------------------------------------------
+@contextmanager
+def open_text(path: str | os.PathLike) -> Iterator[Any]:
+    """``path`` opened as UTF-8 text (a byte-order mark skipped). A byte that is not UTF-8 becomes a
+    ``DataFormatError`` naming the file, the line and the column, where Python's own error names neither."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            yield f
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def not_utf8(path: str | os.PathLike) -> DataFormatError:
+    """The error for the first line of ``path`` that is not UTF-8 (found again line by line: a decoding error
+    only knows its offset in the chunk being decoded)."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataFormatError(path, lineno, "UTF-8 text",
+                                       f"byte 0x{line[e.start]:02x} at column {e.start + 1} is not UTF-8")
+    return DataFormatError(path, None, "UTF-8 text", "not UTF-8")
+
+
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """``(1-based line number, line without its newline)`` for every non-blank line of a UTF-8 text file."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if line.strip():
@@ -186,7 +211,7 @@ def register_line_dataset(name: str, *, formalism: str, family: str, description
 
 def load_json(path: str | os.PathLike, expected: str) -> Any:
     """``json.load`` for a whole (small) file, a syntax error becoming a ``DataFormatError`` with its line."""
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
@@ -203,7 +228,7 @@ def iter_json_array(path: str | os.PathLike, expected: str, chunk_chars: int = 1
     this keeps one ``chunk_chars`` window plus the current item.
     """
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         buf, pos, lineno, eof = "", 0, 1, False
 
         def skip_space() -> bool:

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import lightning.pytorch as L
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from datamodules.base import DataConfigError, MissingDataError, check_files, resolve_root
-from zoo.formalisms import Formalism, get_formalism
+from datamodules.base import DataConfigError, DataFormatError, MissingDataError, check_files, not_utf8, resolve_root
+from zoo.formalisms import Formalism, FormalismError, get_formalism
 from zoo.registry import DatasetSpec, get_dataset
 from zoo.types import Example
 
@@ -57,7 +57,13 @@ def load_world(name: str, root: str | Path | None = None) -> Any:
         if not path.is_file():
             log.warning("%s: world file %s not found; denotation accuracy is not reported", name, path)
             return None
-        _WORLDS[path] = get_formalism(spec.formalism).load_world(path)
+        try:
+            _WORLDS[path] = get_formalism(spec.formalism).load_world(path)
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
+        except FormalismError as e:  # the formalism's message says where in the file, not which file
+            raise DataFormatError(path, None, f"the database {name}'s {spec.formalism} programs run on",
+                                  str(e)) from None
     return _WORLDS[path]
 
 

@@ -6,6 +6,7 @@ absent. The rest use small hand-written files (``tests/fixtures/datasets``, ``tm
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -434,3 +435,98 @@ def test_stats_command_prints_counts_of_present_datasets(tmp_path, capsys):
     [row] = [line.split() for line in out.splitlines() if line.startswith("scan_mcd1 ")]
     assert row == ["scan_mcd1", "scan", "7,529", "836*", "1,045"]  # 8,365 train minus the 10% held out
     assert "held out from train" in out and "scan_simple: missing" in out
+
+
+# ------------------------------------------------------------------- every data file of every dataset, broken
+# Two valid lines per kind of line file; the second line's program is the one a truncation cuts.
+VALID_LINES = {
+    "scan/": ["IN: walk twice OUT: I_WALK I_WALK", "IN: jump left after run OUT: I_RUN I_TURN_LEFT I_JUMP"],
+    "scan_sp/": ['{"question": "walk twice", "program": "i_twice ( i_walk ( ) )", "answer": "I_WALK I_WALK"}',
+                 '{"question": "jump left", "program": "i_jump ( i_left )", "answer": "I_TURN_LEFT I_JUMP"}'],
+    "geoquery_funql/": ['{"question": "what is texas ?", "program": "answer ( stateid ( \'texas\' ) )"}',
+                        '{"question": "which states are there ?", "program": "answer ( state ( all ) )"}'],
+    "cogs/": ["A dog ran .\tdog ( x _ 1 ) AND run . agent ( x _ 2 , x _ 1 )\tin_distribution",
+              "A cat slept .\tcat ( x _ 1 ) AND sleep . agent ( x _ 2 , x _ 1 ) AND cat ( x _ 1 )\tin_distribution"],
+    "_encode.txt": ["Did M0 marry M1", "What did M0 write"],
+    "_decode.txt": ["SELECT count ( * ) WHERE { M0 people.person.spouse_s M1 }",
+                    "SELECT DISTINCT ?x0 WHERE { ?x0 film.film.written_by M0 . ?x0 a film.film }"],
+}
+
+
+def text2sql_json() -> str:
+    """Three queries whose sentences put every part of both splits (question-split, query-split) to use."""
+    def query(split: str, sentence_splits: list[str]) -> dict:
+        return {"query-split": split, "sql": ['SELECT CITYalias0.CITY_NAME FROM CITY AS CITYalias0 WHERE '
+                                              'CITYalias0.STATE_NAME = "state_name0" ;'],
+                "sentences": [{"question-split": s, "text": "cities in state_name0",
+                               "variables": {"state_name0": "texas"}} for s in sentence_splits]}
+
+    return json.dumps([query("train", ["train", "dev", "test"]), query("dev", ["train"]), query("test", ["train"])],
+                      indent=1)
+
+
+def write_valid_root(root: Path, name: str) -> list[str]:
+    """Small valid files for every file that ``name`` reads first (its preferred layout); returns their paths."""
+    files = list(DATASETS[name].files)
+    for rel in files:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if rel.startswith("text2sql/"):
+            path.write_text(text2sql_json())
+        elif rel == "cfq/dataset.json":
+            shutil.copy(FIXTURES / rel, path)
+        elif rel.startswith("cfq/splits/"):
+            shutil.copy(FIXTURES / "cfq/splits/mcd2.json", path)
+        else:
+            [lines] = [lines for kind, lines in VALID_LINES.items() if kind in rel]
+            path.write_text("".join(f"{line}\n" for line in lines))
+    return files
+
+
+FILES = [(name, rel) for name in sorted(DATASETS) for rel in DATASETS[name].files]
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_valid_fixture_roots_read(tmp_path, name):
+    """The fixtures the tests below break are themselves valid, so each failure is the fault's."""
+    write_valid_root(tmp_path, name)
+    splits = read_splits(name, tmp_path, cache=False)
+    assert all(splits[part] for part in splits)
+
+
+@pytest.mark.parametrize("name, rel", FILES, ids=[f"{n}:{r}" for n, r in FILES])
+def test_a_byte_that_is_not_utf8_names_file_line_and_column(tmp_path, name, rel):
+    write_valid_root(tmp_path, name)
+    path = tmp_path / rel
+    lines = path.read_bytes().split(b"\n")
+    target = min(1, len(lines) - 1)  # the second line where there is one
+    column = min(3, len(lines[target])) + 1
+    lines[target] = lines[target][:column - 1] + b"\xff" + lines[target][column - 1:]
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(DataFormatError) as err:
+        read_splits(name, tmp_path, cache=False)
+    assert str(err.value) == (f"{path}, line {target + 1}: malformed data: byte 0xff at column {column} is not "
+                              "UTF-8; expected UTF-8 text")
+
+
+@pytest.mark.parametrize("name, world, content, says", [
+    ("geo_funql_iid", "geoquery_funql/geobase.pl", b"state('texas','tx','austin',1,2,3,'a').\nriver('r\xffo',1,[]).\n",
+     "line 2: malformed data: byte 0xff at column 9 is not UTF-8"),
+    ("geo_funql_iid", "geoquery_funql/geobase.pl", b"state('texas'\n", "prolog: expected ')'"),
+    ("geo_sql_iid", "text2sql/geography-db.sql", b"CREATE TABLE t (a text);\nINSERT INTO t VALUES ('\xff');\n",
+     "line 2: malformed data: byte 0xff at column 24 is not UTF-8"),  # was read as U+FFFD, silently
+    ("geo_sql_iid", "text2sql/geography-db.sql", b"-- no table\n", "defines no table"),
+], ids=["geobase-byte", "geobase-syntax", "sql-byte", "sql-empty"])
+def test_a_broken_world_file_is_named(tmp_path, name, world, content, says):
+    write_valid_root(tmp_path, name)
+    (tmp_path / world).write_bytes(content)
+    with pytest.raises(DataFormatError) as err:
+        ParsingDataModule(name, root=str(tmp_path)).world  # noqa: B018  (the property loads the world)
+    assert str(err.value).startswith(str(tmp_path / world)) and says in str(err.value)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_example(tmp_path):
+    write_valid_root(tmp_path, "cogs")
+    path = tmp_path / "cogs/train.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # as some editors save UTF-8
+    assert read_splits("cogs", tmp_path, cache=False)["train"][0].utterance == "A dog ran ."

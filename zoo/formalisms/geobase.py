@@ -159,7 +159,7 @@ class GeoBase:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "GeoBase":
-        return cls(read_prolog_facts(Path(path).read_text()))
+        return cls(read_prolog_facts(Path(path).read_text(encoding="utf-8")))
 
     # ----- one reader per fact ---------------------------------------------------------------------------------
     def _state(self, name, abbreviation, capital, population, area, _admission, *_major_cities):

@@ -164,7 +164,7 @@ class SqlWorld:
         try:
             if path.suffix == ".sql":
                 connection = sqlite3.connect(":memory:", check_same_thread=False)
-                for statement in _mysql_dump_statements(path.read_text(encoding="utf-8", errors="replace")):
+                for statement in _mysql_dump_statements(path.read_text(encoding="utf-8")):
                     connection.execute(statement)
                 connection.commit()
             elif path.suffix in (".sqlite", ".sqlite3", ".db"):
