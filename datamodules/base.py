@@ -171,7 +171,7 @@ def read_examples(path: str | os.PathLike, parse: Parse, expected: str) -> list[
 
     ``parse`` signals a malformed line by raising ``ValueError``/``KeyError``/``TypeError``; that becomes a
     ``DataFormatError`` naming the file, the line and ``expected``. ``meta["index"]`` is the example's position in
-    the file.
+    the file. A file without examples is an error too: an empty split fails only later, inside training.
     """
     examples = []
     for lineno, line in iter_lines(path):
@@ -182,6 +182,13 @@ def read_examples(path: str | os.PathLike, parse: Parse, expected: str) -> list[
         if not utterance.strip() or not program.strip():
             raise DataFormatError(path, lineno, expected, "empty utterance or program")
         examples.append(Example(utterance, program, {"index": len(examples), **meta}))
+    return require_examples(examples, path, expected)
+
+
+def require_examples(examples: list, path: str | os.PathLike, expected: str) -> list:
+    """``examples``, unless there are none: then a ``DataFormatError`` for ``path``."""
+    if not examples:
+        raise DataFormatError(path, None, expected, "no examples")
     return examples
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from datamodules.base import DataFormatError, iter_json_array, iter_lines, load_json, register, require_any
+from datamodules.base import (DataFormatError, iter_json_array, iter_lines, load_json, register, require_any,
+                             require_examples)
 from zoo.types import Example
 
 PARTS = ("train", "dev", "test")
@@ -67,16 +68,27 @@ def read_preprocessed(root: str, folder: str) -> dict[str, list[Example]]:
     splits = {}
     for part in PARTS:
         base = Path(root) / f"cfq/preprocessed/{folder}/{part}/{part}"
-        questions = [line.strip() for _, line in iter_lines(f"{base}_encode.txt")]
-        queries = list(iter_lines(f"{base}_decode.txt"))
+        questions = paired_lines(f"{base}_encode.txt", "one question per line")
+        queries = paired_lines(f"{base}_decode.txt", "one query per line")
         if len(questions) != len(queries):
             shorter = min(len(questions), len(queries))
-            raise DataFormatError(f"{base}_decode.txt", queries[shorter][0] if shorter < len(queries) else None,
+            raise DataFormatError(f"{base}_decode.txt", shorter + 1 if shorter < len(queries) else None,
                                   f"one query per question of {base}_encode.txt",
                                   f"{len(queries)} queries for {len(questions)} questions")
-        splits[part] = [Example(question, query.strip(), {"index": i})
-                        for i, (question, (_, query)) in enumerate(zip(questions, queries))]
+        splits[part] = [Example(question, query, {"index": i})
+                        for i, (question, query) in enumerate(zip(questions, queries))]
     return splits
+
+
+def paired_lines(path: str, expected: str) -> list[str]:
+    """The stripped lines of one side of a pair of files: at least one, and no blank line before the last, which
+    would pair every later question with the wrong query."""
+    lines = []
+    for lineno, line in iter_lines(path):
+        if lineno != len(lines) + 1:
+            raise DataFormatError(path, len(lines) + 1, expected, "a blank line")
+        lines.append(line.strip())
+    return require_examples(lines, path, expected)
 
 
 def read_release(root: str, split_file: str, chunk_chars: int = 1 << 22) -> dict[str, list[Example]]:
@@ -89,6 +101,9 @@ def read_release(root: str, split_file: str, chunk_chars: int = 1 << 22) -> dict
     if not isinstance(split, dict) or not all(isinstance(split.get(f"{p}Idxs"), list)
                                               and all(isinstance(i, int) for i in split[f"{p}Idxs"]) for p in PARTS):
         raise DataFormatError(split_path, None, SPLIT_EXPECTED)
+    for part in PARTS:
+        if not split[f"{part}Idxs"]:
+            raise DataFormatError(split_path, None, SPLIT_EXPECTED, f"{part}Idxs is empty")
     wanted: dict[int, list[tuple[str, int]]] = {}
     for part in PARTS:
         for position, idx in enumerate(split[f"{part}Idxs"]):
@@ -108,9 +123,11 @@ def read_release(root: str, split_file: str, chunk_chars: int = 1 << 22) -> dict
             raise DataFormatError(dataset_path, lineno, EXPECTED_RELEASE, detail) from None
         for part, position in wanted[idx]:
             splits[part][position] = Example(question, query, {"index": position, "dataset_index": idx})
-    if max(wanted, default=-1) >= seen:
-        raise DataFormatError(split_path, None, f"indices below the {seen} examples of {dataset_path}",
-                              f"index {max(wanted)} is out of range")
+    for part in PARTS:
+        if None in splits[part]:  # an index out of range (negative, or past the end of dataset.json)
+            idx = split[f"{part}Idxs"][splits[part].index(None)]
+            raise DataFormatError(split_path, None, f"indices of the {seen} examples of {dataset_path}",
+                                  f"index {idx} of {part}Idxs is not in {dataset_path}")
     return splits
 
 

@@ -191,21 +191,28 @@ class ParsingDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.name = name
         self.root = resolve_root(root)
+        if not (isinstance(val_fraction, (int, float)) and 0 <= val_fraction < 1):
+            raise DataConfigError(f"data.val_fraction={val_fraction}: expected a share of the training set in [0, 1)")
+        for option, value, least, meaning in (
+                ("limit_train", limit_train, 1, "training examples, or null for all of them"),
+                ("limit_eval", limit_eval, 1, "validation and test examples, or null for all of them"),
+                ("val_subset", val_subset, 1, "validation examples, or null for all of them"),
+                ("train_limit", train_limit, 1, "training examples, or null for all of them"),
+                ("bucket_pool_batches", bucket_pool_batches, 1, "batches"),
+                ("batch_size", batch_size, 1, "examples"),
+                ("eval_batch_size", eval_batch_size, 1, "examples, or null for batch_size"),
+                ("num_workers", num_workers, 0, "worker processes")):
+            # a negative limit would slice examples off the end, 0 empty a split that training needs
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise DataConfigError(f"data.{option}={value}: expected a whole number of at least {least} ({meaning})")
         self.val_fraction, self.val_seed = val_fraction, val_seed
         self.limit_train, self.limit_eval = limit_train, limit_eval
-        if val_subset is not None and val_subset < 1:
-            raise DataConfigError(f"data.val_subset={val_subset}: expected a positive number of validation examples "
-                                  "or null for all of them")
-        if bucket_pool_batches < 1:
-            raise DataConfigError(f"data.bucket_pool_batches={bucket_pool_batches}: expected a positive number")
         self.val_subset, self.seed = val_subset, seed
         self.bucket_by_length, self.bucket_pool_batches = bucket_by_length, bucket_pool_batches
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
             raise DataConfigError("data.train_limit (a random subsample) and data.limit_train (the first examples) "
                                   "do not combine: set one of them")
-        if train_limit is not None and train_limit < 1:
-            raise DataConfigError(f"data.train_limit={train_limit}: expected a positive number of training examples")
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers = num_workers
         self.download = download

@@ -42,6 +42,9 @@ def read_text2sql(path: Path, split_field: str) -> dict[str, list[Example]]:
                 splits[part].append(Example(" ".join(sentence["text"].split()), program, meta))
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
             raise DataFormatError(path, None, EXPECTED, f"query entry {query_index}: {type(e).__name__} {e}") from None
+    for part, examples in splits.items():
+        if not examples:
+            raise DataFormatError(path, None, EXPECTED, f"no sentence is in {part} by its {split_field}")
     return splits
 
 

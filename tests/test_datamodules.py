@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import compose_run
 
 from datamodules import DataConfigError, DataFormatError, MissingDataError, ParsingDataModule, read_splits
 from datamodules.base import iter_json_array, resolve_root
@@ -453,13 +454,16 @@ VALID_LINES = {
 }
 
 
-def text2sql_json() -> str:
-    """Three queries whose sentences put every part of both splits (question-split, query-split) to use."""
+def text2sql_json(without: str = "") -> str:
+    """Three queries whose sentences put every part of both splits (question-split, query-split) to use; the part
+    ``without`` becomes train."""
     def query(split: str, sentence_splits: list[str]) -> dict:
-        return {"query-split": split, "sql": ['SELECT CITYalias0.CITY_NAME FROM CITY AS CITYalias0 WHERE '
-                                              'CITYalias0.STATE_NAME = "state_name0" ;'],
-                "sentences": [{"question-split": s, "text": "cities in state_name0",
-                               "variables": {"state_name0": "texas"}} for s in sentence_splits]}
+        return {"query-split": split.replace(without, "train") if without else split,
+                "sql": ['SELECT CITYalias0.CITY_NAME FROM CITY AS CITYalias0 WHERE CITYalias0.STATE_NAME = '
+                        '"state_name0" ;'],
+                "sentences": [{"question-split": s.replace(without, "train") if without else s,
+                               "text": "cities in state_name0", "variables": {"state_name0": "texas"}}
+                              for s in sentence_splits]}
 
     return json.dumps([query("train", ["train", "dev", "test"]), query("dev", ["train"]), query("test", ["train"])],
                       indent=1)
@@ -530,3 +534,74 @@ def test_a_byte_order_mark_is_not_part_of_the_first_example(tmp_path):
     path = tmp_path / "cogs/train.tsv"
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # as some editors save UTF-8
     assert read_splits("cogs", tmp_path, cache=False)["train"][0].utterance == "A dog ran ."
+
+
+@pytest.mark.parametrize("name, rel", FILES, ids=[f"{n}:{r}" for n, r in FILES])
+def test_an_empty_file_names_itself(tmp_path, name, rel):
+    """An empty training file reached torch as ``num_samples=0``; an empty test file trained to the end and then
+    crashed in zoo/train.py (issue 25, item 3). Every file must hold examples."""
+    write_valid_root(tmp_path, name)
+    (tmp_path / rel).write_text("\n \n")
+    with pytest.raises(DataFormatError) as err:
+        read_splits(name, tmp_path, cache=False)
+    assert str(err.value).startswith(str(tmp_path / rel))
+
+
+@pytest.mark.parametrize("name, part, split_field", [("geo_sql_iid", "test", "question-split"),
+                                                    ("geo_sql_template", "dev", "query-split")])
+def test_text2sql_part_without_sentences(tmp_path, name, part, split_field):
+    write_valid_root(tmp_path, name)
+    (tmp_path / "text2sql/geography.json").write_text(text2sql_json(without=part))
+    with pytest.raises(DataFormatError, match=rf"geography\.json: malformed data: no sentence is in {part} by its "
+                                              rf"{split_field}"):
+        read_splits(name, tmp_path, cache=False)
+
+
+@pytest.mark.parametrize("indices, says", [
+    ({"trainIdxs": [3, 0], "devIdxs": [4], "testIdxs": []}, "testIdxs is empty"),
+    ({"trainIdxs": [3, -1], "devIdxs": [4], "testIdxs": [2]}, "index -1 of trainIdxs is not in"),
+    ({"trainIdxs": [3, 0], "devIdxs": [4], "testIdxs": [6]}, "index 6 of testIdxs is not in"),
+])
+def test_cfq_split_file_naming_no_or_missing_examples(tmp_path, indices, says):
+    write_valid_root(tmp_path, "cfq_mcd2")
+    (tmp_path / "cfq/splits/mcd2.json").write_text(json.dumps(indices))
+    with pytest.raises(DataFormatError) as err:
+        read_splits("cfq_mcd2", tmp_path, cache=False)
+    assert str(err.value).startswith(str(tmp_path / "cfq/splits/mcd2.json")) and says in str(err.value)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("limit_train", 0), ("limit_train", -5), ("limit_eval", 0), ("limit_eval", -1), ("val_fraction", 1.0),
+    ("val_fraction", -0.1), ("batch_size", 0), ("eval_batch_size", 0), ("num_workers", -1), ("val_subset", 0),
+    ("bucket_pool_batches", 0), ("train_limit", 0), ("limit_eval", 2.5),
+])
+def test_data_options_that_would_empty_or_break_a_split(tmp_path, option, value):
+    """``limit_eval=0`` emptied the test set (a crash after training), a negative ``limit_train`` silently dropped
+    examples from the end, ``eval_batch_size=0`` silently became ``batch_size``."""
+    with pytest.raises(DataConfigError, match=rf"^data\.{option}={value}: expected"):
+        ParsingDataModule("scan_simple", root=str(tmp_path), **{option: value})
+
+
+def test_an_empty_test_file_stops_a_run_before_training(tmp_path):
+    from zoo.train import run
+
+    write_valid_root(tmp_path / "data", "scan_simple")
+    test_file = tmp_path / "data" / DATASETS["scan_simple"].files[1]
+    test_file.write_text("")
+    cfg = compose_run("debug=smoke", "data=scan_simple", f"data.root={tmp_path / 'data'}",
+                      f"results_file={tmp_path / 'results' / 'runs.csv'}")
+    with pytest.raises(DataFormatError, match=rf"^{test_file}: malformed data: no examples"):
+        run(cfg, tmp_path / "run")
+    assert not (tmp_path / "results").exists()
+
+
+def test_cfq_blank_line_inside_a_paired_file(tmp_path):
+    """Line i of encode pairs with line i of decode: a blank question and a blank query at other places used to be
+    skipped, pairing every question between them with the wrong query, without a word."""
+    write_valid_root(tmp_path, "cfq_mcd1")
+    base = tmp_path / "cfq/preprocessed/mcd1/train/train"
+    questions, queries = VALID_LINES["_encode.txt"], VALID_LINES["_decode.txt"]
+    Path(f"{base}_encode.txt").write_text(f"{questions[0]}\n\n{questions[1]}\n")
+    Path(f"{base}_decode.txt").write_text(f"{queries[0]}\n{queries[1]}\n\n")
+    with pytest.raises(DataFormatError, match=rf"^{base}_encode.txt, line 2: malformed data: a blank line"):
+        read_splits("cfq_mcd1", tmp_path, cache=False)
