@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.download import default_root
+from zoo.formalisms import FormalismError, get_formalism
 from zoo.registry import DATASETS, DatasetSpec, register_dataset
 from zoo.types import Example
 
@@ -166,13 +167,41 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 Parse = Callable[[str], tuple[str, str, dict[str, Any]]]
 
 
-def read_examples(path: str | os.PathLike, parse: Parse, expected: str) -> list[Example]:
+class ProgramCheck:
+    """Refuses a gold program that its formalism does not parse (``verify``'s "parsed"), and, where the formalism
+    knows the grammar of the utterances (SCAN), one that is not what its utterance means ("interpreted"): a file
+    cut inside a program (``... I_TURN_RIG``) or after a whole action must not be read as data. Each distinct
+    program (SCAN: pair) is checked once; the whole of CFQ (120k queries) takes a few seconds."""
+
+    def __init__(self, formalism: str):
+        self.formalism = get_formalism(formalism)
+        self.expected = f"a {formalism} program" + (" that its command means" if self.formalism.interprets else "")
+        self.checked: set = set()
+
+    def __call__(self, program: str, utterance: str = "") -> None:
+        """Raise ``FormalismError`` saying what is wrong with ``program`` (of ``utterance``)."""
+        key = (utterance, program) if self.formalism.interprets else program
+        if key in self.checked:
+            return
+        if self.formalism.interprets:
+            canonical = self.formalism.canonical(program)
+            meant = self.formalism.canonical(self.formalism.interpret(utterance))
+            if canonical != meant:
+                raise FormalismError(f"{self.formalism.name}: {utterance!r} means {meant!r}, not {canonical!r}")
+        else:
+            self.formalism.parse(program)
+        self.checked.add(key)
+
+
+def read_examples(path: str | os.PathLike, parse: Parse, expected: str, formalism: str | None = None) -> list[Example]:
     """One ``Example`` per non-blank line: ``parse(line) -> (utterance, program, meta)``.
 
     ``parse`` signals a malformed line by raising ``ValueError``/``KeyError``/``TypeError``; that becomes a
-    ``DataFormatError`` naming the file, the line and ``expected``. ``meta["index"]`` is the example's position in
-    the file. A file without examples is an error too: an empty split fails only later, inside training.
+    ``DataFormatError`` naming the file, the line and ``expected``. With ``formalism``, every program must pass
+    its ``ProgramCheck``. ``meta["index"]`` is the example's position in the file. A file without examples is an
+    error too: an empty split fails only later, inside training.
     """
+    check = ProgramCheck(formalism) if formalism else None
     examples = []
     for lineno, line in iter_lines(path):
         try:
@@ -181,6 +210,11 @@ def read_examples(path: str | os.PathLike, parse: Parse, expected: str) -> list[
             raise DataFormatError(path, lineno, expected, str(e)) from None
         if not utterance.strip() or not program.strip():
             raise DataFormatError(path, lineno, expected, "empty utterance or program")
+        if check is not None:
+            try:
+                check(program, utterance)
+            except FormalismError as e:
+                raise DataFormatError(path, lineno, check.expected, str(e)) from None
         examples.append(Example(utterance, program, {"index": len(examples), **meta}))
     return require_examples(examples, path, expected)
 
@@ -210,7 +244,8 @@ def register_line_dataset(name: str, *, formalism: str, family: str, description
 
     @register(name, formalism=formalism, files=tuple(files.values()), family=family, description=description)
     def read(root: str) -> dict[str, list[Example]]:
-        return {part: read_examples(require(name, root, rel), parse, expected) for part, rel in files.items()}
+        return {part: read_examples(require(name, root, rel), parse, expected, formalism)
+                for part, rel in files.items()}
 
     read.__name__ = read.__qualname__ = f"read_{name}"
     return read

@@ -19,8 +19,9 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from datamodules.base import (DataFormatError, iter_json_array, iter_lines, load_json, register, require_any,
-                             require_examples)
+from datamodules.base import (DataFormatError, ProgramCheck, iter_json_array, iter_lines, load_json, register,
+                             require_any, require_examples)
+from zoo.formalisms import FormalismError
 from zoo.types import Example
 
 PARTS = ("train", "dev", "test")
@@ -65,11 +66,16 @@ def release_files(split_file: str) -> tuple[str, ...]:
 
 def read_preprocessed(root: str, folder: str) -> dict[str, list[Example]]:
     """Pair line *i* of ``<part>_encode.txt`` (question) with line *i* of ``<part>_decode.txt`` (query)."""
-    splits = {}
+    splits, check = {}, ProgramCheck("cfq_sparql")
     for part in PARTS:
         base = Path(root) / f"cfq/preprocessed/{folder}/{part}/{part}"
         questions = paired_lines(f"{base}_encode.txt", "one question per line")
         queries = paired_lines(f"{base}_decode.txt", "one query per line")
+        for lineno, query in enumerate(queries, 1):
+            try:
+                check(query)
+            except FormalismError as e:
+                raise DataFormatError(f"{base}_decode.txt", lineno, check.expected, str(e)) from None
         if len(questions) != len(queries):
             shorter = min(len(questions), len(queries))
             raise DataFormatError(f"{base}_decode.txt", shorter + 1 if shorter < len(queries) else None,
@@ -109,6 +115,7 @@ def read_release(root: str, split_file: str, chunk_chars: int = 1 << 22) -> dict
         for position, idx in enumerate(split[f"{part}Idxs"]):
             wanted.setdefault(idx, []).append((part, position))
     splits: dict[str, list] = {part: [None] * len(split[f"{part}Idxs"]) for part in PARTS}
+    check = ProgramCheck("cfq_sparql")
     dataset_path = Path(root) / RELEASE
     seen = 0
     for idx, (lineno, sample) in enumerate(iter_json_array(dataset_path, EXPECTED_RELEASE, chunk_chars)):
@@ -118,6 +125,9 @@ def read_release(root: str, split_file: str, chunk_chars: int = 1 << 22) -> dict
         try:
             question = tokenize_punctuation(sample["questionPatternModEntities"])
             query = preprocess_sparql(sample["sparqlPatternModEntities"])
+            check(query)
+        except FormalismError as e:
+            raise DataFormatError(dataset_path, lineno, check.expected, f"example {idx}: {e}") from None
         except (KeyError, TypeError, AttributeError) as e:
             detail = f"example {idx}: {type(e).__name__} {e}"
             raise DataFormatError(dataset_path, lineno, EXPECTED_RELEASE, detail) from None

@@ -37,7 +37,8 @@ def make_reader(name: str, suffix: str):
     @register(name, formalism="funql", files=tuple(files.values()), family="geoquery", world=GEOBASE,
               description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
     def read(root: str):
-        splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED) for part, rel in files.items()}
+        splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED, "funql")
+                  for part, rel in files.items()}
         for part in PARTS:
             spans_path = Path(root) / f"geoquery_funql/funql/{part}{suffix}_spans.json"
             if spans_path.is_file():

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datamodules.base import DataFormatError, load_json, register, require
+from datamodules.base import DataFormatError, ProgramCheck, load_json, register, require
+from zoo.formalisms import FormalismError
 from zoo.types import Example
 
 DATABASES = {"geo": "geography", "atis": "atis", "scholar": "scholar"}
@@ -32,14 +33,18 @@ def read_text2sql(path: Path, split_field: str) -> dict[str, list[Example]]:
     if not isinstance(queries, list):
         raise DataFormatError(path, None, EXPECTED, "the top level is not a list")
     splits: dict[str, list[Example]] = {part: [] for part in PARTS}
+    check = ProgramCheck("sql")
     for query_index, query in enumerate(queries):
         try:
             program = " ".join(query["sql"][0].split())
+            check(program)
             for sentence_index, sentence in enumerate(query["sentences"]):
                 part = query[split_field] if split_field == "query-split" else sentence[split_field]
                 meta = {"index": len(splits[part]), "query_index": query_index, "sentence_index": sentence_index,
                         "variables": dict(sentence["variables"])}
                 splits[part].append(Example(" ".join(sentence["text"].split()), program, meta))
+        except FormalismError as e:
+            raise DataFormatError(path, None, check.expected, f"query entry {query_index}: {e}") from None
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
             raise DataFormatError(path, None, EXPECTED, f"query entry {query_index}: {type(e).__name__} {e}") from None
     for part, examples in splits.items():

@@ -160,21 +160,27 @@ def test_hold_out_edge_cases():
         hold_out(examples, 1.0, 0)
 
 
+def fake_length(example: Example) -> int:
+    """A stand-in length, distinct for every example of a file: its position there, plus one."""
+    return example.meta["index"] + 1
+
+
 class FakeFeaturizer:
-    """Encodes an utterance as its token count; collates by stacking."""
+    """Encodes an example as its ``fake_length``; collates by stacking."""
 
     def encode(self, example):
-        return torch.tensor(len(example.utterance.split()))
+        return torch.tensor(fake_length(example))
 
     def collate(self, items):
         return {"lengths": torch.stack(items)}
 
 
 def write_scan_root(root: Path, n_train: int = 20, n_test: int = 6) -> Path:
+    """``scan_simple`` files of ``n_train`` and ``n_test`` examples (valid SCAN lines, repeated)."""
     folder = root / "scan" / "simple_split"
     folder.mkdir(parents=True)
     for part, n in (("train", n_train), ("test", n_test)):
-        lines = [f"IN: {' '.join(['walk'] * (i + 1))} OUT: {' '.join(['I_WALK'] * (i + 1))}" for i in range(n)]
+        lines = [VALID_LINES["scan/"][i % 2] for i in range(n)]
         (folder / f"tasks_{part}_simple.txt").write_text("\n".join(lines) + "\n")
     return root
 
@@ -190,7 +196,7 @@ def test_dataloader_round_trip(tmp_path):
     train_batches = list(dm.train_dataloader())
     assert [len(b["examples"]) for b in train_batches] == [4, 4, 4, 3]
     for batch in train_batches:
-        assert batch["lengths"].tolist() == [len(e.utterance.split()) for e in batch["examples"]]
+        assert batch["lengths"].tolist() == [fake_length(e) for e in batch["examples"]]
     seen = [e for b in train_batches for e in b["examples"]]
     assert sorted(seen, key=lambda e: e.meta["index"]) == dm.train and seen != dm.train  # all, shuffled
     val = list(dm.val_dataloader())
@@ -223,7 +229,7 @@ def test_length_buckets_keep_every_example_once_per_epoch():
 
 class LengthFeaturizer(FakeFeaturizer):
     def length(self, example):
-        return len(example.utterance.split())
+        return fake_length(example)
 
 
 def test_training_batches_are_bucketed_when_the_featurizer_measures_length(tmp_path):
@@ -265,11 +271,11 @@ MALFORMED = [  # dataset, file under the root, good line, bad line, words the me
     ("scan_simple", "scan/simple_split/tasks_train_simple.txt", "IN: walk OUT: I_WALK", "walk I_WALK",
      "IN: <command> OUT: <actions>"),
     ("scan_sp_simple", "scan_sp/dsl/train_simple.json",
-     '{"question": "walk", "program": "i_walk", "answer": "I_WALK"}', '{"question": "walk", "program": "i_walk"}',
+     '{"question": "walk", "program": "i_walk ( )", "answer": "I_WALK"}', '{"question": "walk", "program": "i_walk ( )"}',
      "answer"),
     ("cogs", "cogs/train.tsv", "A dog ran .\trun . agent ( x _ 2 , x _ 1 )\tin_distribution", "A dog ran .",
      "<sentence>\\t<logical form>"),
-    ("geo_funql_iid", "geoquery_funql/funql/train.json", '{"question": "q", "program": "answer ( x )"}',
+    ("geo_funql_iid", "geoquery_funql/funql/train.json", '{"question": "q", "program": "answer ( state ( all ) )"}',
      '{"question": "q", "program": ', "question"),
     ("cfq_mcd1", "cfq/preprocessed/mcd1/train/train_decode.txt", "SELECT DISTINCT ?x0 WHERE { ?x0 a film.actor }",
      None, "one query per question"),
@@ -605,3 +611,56 @@ def test_cfq_blank_line_inside_a_paired_file(tmp_path):
     Path(f"{base}_decode.txt").write_text(f"{queries[0]}\n{queries[1]}\n\n")
     with pytest.raises(DataFormatError, match=rf"^{base}_encode.txt, line 2: malformed data: a blank line"):
         read_splits("cfq_mcd1", tmp_path, cache=False)
+
+
+# Files whose last line, cut in two, still reads as an example unless its program is checked (a CFQ question is
+# free text: a question cut short is not detectable, so encode files are left out).
+CUTTABLE = [(name, rel) for name, rel in FILES if not rel.endswith("_encode.txt")]
+
+
+@pytest.mark.parametrize("name, rel", CUTTABLE, ids=[f"{n}:{r}" for n, r in CUTTABLE])
+def test_a_file_cut_inside_its_last_example_names_file_and_line(tmp_path, name, rel):
+    write_valid_root(tmp_path, name)
+    path = tmp_path / rel
+    text = path.read_text().rstrip("\n")
+    head, newline, last = text.rpartition("\n")
+    path.write_text(head + newline + last[: len(last) * 2 // 3])  # 2/3 of the last line
+    with pytest.raises(DataFormatError) as err:
+        read_splits(name, tmp_path, cache=False)
+    assert str(err.value).startswith(str(path))
+    if rel.endswith((".txt", ".tsv")) or "/dsl/" in rel or "/funql/" in rel:  # a line file: the last line
+        assert str(err.value).startswith(f"{path}, line {text.count(chr(10)) + 1}:")
+
+
+@pytest.mark.parametrize("line, says", [
+    ("IN: jump left after run OUT: I_RUN I_TURN_LEFT I_JUMP I_TURN_RIG",  # the issue's example
+     "expected one of I_WALK, I_LOOK, I_RUN, I_JUMP, I_TURN_LEFT, I_TURN_RIGHT at token 3, found 'I_TURN_RIG'"),
+    ("IN: jump left after run OUT: I_RUN I_TURN_LEFT",  # cut after a whole action: only the grammar tells
+     "'jump left after run' means 'I_RUN I_TURN_LEFT I_JUMP', not 'I_RUN I_TURN_LEFT'"),
+    ("IN: jump left after run OUT: I_RUN I_JUMP I_TURN_LEFT",
+     "'jump left after run' means 'I_RUN I_TURN_LEFT I_JUMP', not 'I_RUN I_JUMP I_TURN_LEFT'"),
+    ("IN: jump left after OUT: I_RUN I_TURN_LEFT I_JUMP", "found the end in 'jump left after'"),  # not SCAN
+])
+def test_scan_targets_are_checked_against_the_grammar(tmp_path, line, says):
+    write_valid_root(tmp_path, "scan_length")
+    path = tmp_path / DATASETS["scan_length"].files[0]
+    path.write_text(f"{VALID_LINES['scan/'][0]}\n{line}\n")
+    with pytest.raises(DataFormatError) as err:
+        read_splits("scan_length", tmp_path, cache=False)
+    assert str(err.value).startswith(f"{path}, line 2: malformed data: scan") and says in str(err.value)
+    assert "expected a scan program that its command means" in str(err.value)
+
+
+def test_text2sql_and_cfq_release_programs_are_checked(tmp_path):
+    write_valid_root(tmp_path, "atis_sql_iid")
+    path = tmp_path / "text2sql/atis.json"
+    queries = json.loads(path.read_text())
+    queries[1]["sql"][0] = "SELECT CITYalias0.CITY_NAME FROM ( CITY AS CITYalias0"
+    path.write_text(json.dumps(queries))
+    with pytest.raises(DataFormatError, match=rf"^{path}: malformed data: query entry 1: sql: expected '\)'"):
+        read_splits("atis_sql_iid", tmp_path, cache=False)
+    write_valid_root(tmp_path, "cfq_mcd2")
+    path = tmp_path / "cfq/dataset.json"
+    path.write_text(path.read_text().replace('\\n}",', '\\n",', 1))  # example 0's query loses its closing brace
+    with pytest.raises(DataFormatError, match=rf"^{path}, line 2: malformed data: example 0: cfq_sparql: "):
+        read_splits("cfq_mcd2", tmp_path, cache=False)
