@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from datamodules import DataConfigError, DataFormatError, MissingDataError  # noqa: E402
+from zoo.download import DownloadError  # noqa: E402
 from zoo.ir import UnsupportedIRError  # noqa: E402
 from zoo.options import OptionError  # noqa: E402
 from zoo.parser import UnsupportedFormalismError  # noqa: E402
@@ -30,9 +31,9 @@ from zoo.results import ResultsFileError  # noqa: E402
 from zoo.retrieval import RetrievalError  # noqa: E402
 from zoo.train import RunConfigError, run  # noqa: E402
 
-# Mistakes in the command or the data: reported in one message, without a traceback.
+# Mistakes in the command or the data, and data.download=true failing (offline): one message, without a traceback.
 USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
-               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError)
+               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError, DownloadError)
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

@@ -6,10 +6,13 @@ import hashlib
 import io
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -52,16 +55,21 @@ def tar_gz_bytes(members: dict[str, bytes], symlinks: dict[str, str] | None = No
 
 @pytest.fixture
 def server():
-    """Loopback server: ``routes[path] = body``; ``/truncated`` promises more bytes than it sends, then closes."""
+    """Loopback server: ``routes[path] = body``; ``/truncated`` promises more bytes than it sends, then closes;
+    ``/stalls`` sends a few bytes of 1000 and then nothing until the test ends."""
     routes: dict[str, bytes] = {}
+    done = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            if self.path == "/truncated":
+            if self.path in ("/truncated", "/stalls"):
                 self.send_response(200)
                 self.send_header("Content-Length", "1000")
                 self.end_headers()
                 self.wfile.write(b"only a few bytes")
+                self.wfile.flush()
+                if self.path == "/stalls":
+                    done.wait(timeout=60)
                 self.close_connection = True
                 return
             body = routes.get(self.path)
@@ -80,6 +88,7 @@ def server():
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}", routes
+    done.set()
     httpd.shutdown()
     httpd.server_close()
 
@@ -235,3 +244,100 @@ def test_catalog_hashes_match_the_mirror():
         dest not in in_mirror or dl._sha256_of(MIRROR / dest) != h)}
     assert wrong == set()
     assert {p for p in in_mirror if not NOT_UPSTREAM.search(p)} - catalogued.keys() == set()
+
+
+def damaged_tar_gz() -> bytes:
+    """A tar.gz cut in the middle of its one member, as a dropped connection without Content-Length leaves it."""
+    whole = tar_gz_bytes({"rel/in_tar.txt": bytes(range(256)) * 400})
+    return whole[: len(whole) // 2]
+
+
+def damaged_zip() -> bytes:
+    """A zip whose (stored) member has one byte changed: its CRC no longer matches."""
+    return zip_bytes({"rel/in_tar.txt": IN_TAR * 50}).replace(IN_TAR, IN_TAR.upper(), 1)
+
+
+@pytest.mark.parametrize("body", [b"<html>Service Unavailable</html>", damaged_tar_gz(), damaged_zip(),
+                                  tar_gz_bytes({"x": b"y"})[:30]], ids=["html", "cut_tar_gz", "bad_crc_zip", "cut_gzip"])
+def test_a_download_that_is_no_archive_is_a_download_error(server, catalog, tmp_path, body):
+    """A tarfile.ReadError (or BadZipFile, EOFError) traceback before; now one line naming the URL."""
+    base, routes = server
+    routes["/a.tar.gz"] = body
+    catalog(RemoteFile("scan/in_tar.txt", sha(IN_TAR * 50), archive=Archive(f"{UPSTREAM}/a.tar.gz"),
+                       member="rel/in_tar.txt"))
+    with pytest.raises(DownloadError, match=rf"^{base}/a\.tar\.gz: not a zip or tar archive, or a damaged one \("):
+        dl.download("scan", tmp_path, mirror=base)
+    assert all_files(tmp_path) == []
+
+
+def test_an_archive_without_a_hash_is_verified_through_its_members(server, catalog, tmp_path):
+    """LEAR's zips have no known hash (the mirror holds their members): each member kept must match its own."""
+    base, routes = server
+    routes["/lear.zip"] = zip_bytes({"data/a.txt": IN_ZIP, "data/b.txt": b"tampered\n"})
+    lear = Archive(f"{UPSTREAM}/lear.zip")
+    catalog(RemoteFile("scan/a.txt", sha(IN_ZIP), archive=lear, member="data/a.txt"))
+    report = dl.download("scan", tmp_path, mirror=base)
+    assert report.fetched == ["scan/a.txt"] and report.unverified == {}  # not reported as unverified
+    expected = sha(b"b\n")
+    catalog(RemoteFile("scan/b.txt", expected, archive=lear, member="data/b.txt"))
+    with pytest.raises(DownloadError, match=rf"lear\.zip!data/b\.txt: checksum mismatch: expected sha256 {expected}"):
+        dl.download("scan", tmp_path, mirror=base)
+    assert all_files(tmp_path) == ["scan/a.txt"]
+
+
+def test_a_killed_download_leaves_nothing_that_the_next_one_keeps(server, catalog, tmp_path):
+    """kill -9 in the middle of a transfer leaves atomic_path's hidden temporary file; the next download into the
+    root deletes it (a download holds the root's lock, so no live download owns it)."""
+    base, routes = server
+    entry = RemoteFile("scan/f.txt", sha(PLAIN), url=f"{UPSTREAM}/stalls")
+    script = ("import sys; from zoo import download as dl; from zoo.download import RemoteFile; "
+              f"dl.CATALOG['scan'] = (RemoteFile('scan/f.txt', {entry.sha256!r}, url={entry.url!r}),); "
+              "dl.download('scan', sys.argv[1], mirror=sys.argv[2])")
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), base],
+                             cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "scan").glob(".f.txt.*.tmp")):  # the transfer has begun, and stalls
+            assert child.poll() is None and time.monotonic() < deadline, "the child never started writing"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    [left] = (tmp_path / "scan").glob(".f.txt.*.tmp")
+    (tmp_path / "scan" / ".g.txt.abcdefgh.tmp").write_text("another file's: kept")  # not a target's leftover
+    routes["/f.txt"] = PLAIN
+    catalog(RemoteFile("scan/f.txt", sha(PLAIN), url=f"{UPSTREAM}/f.txt"))
+    dl.download("scan", tmp_path, mirror=base)
+    assert all_files(tmp_path) == ["scan/.g.txt.abcdefgh.tmp", "scan/f.txt"] and not left.exists()
+
+
+def test_an_unwritable_root_is_a_download_error(server, catalog, tmp_path):
+    base, routes = server
+    routes["/f.txt"] = PLAIN
+    catalog(RemoteFile("scan/f.txt", sha(PLAIN), url=f"{UPSTREAM}/f.txt"))
+    (tmp_path / "root").write_text("a file where the data root should be")
+    with pytest.raises(DownloadError, match=rf"^cannot write the download under {tmp_path / 'root'}: "):
+        dl.download("scan", tmp_path / "root", mirror=base)
+
+
+def test_offline_data_download_is_a_one_line_user_error(tmp_path, monkeypatch):
+    """data.download=true without a network: a DownloadError naming the URL, which benchmarks/run.py reports in one
+    line (it printed a traceback)."""
+    import importlib.util
+
+    from conftest import compose_run
+    from zoo.train import run
+
+    spec = importlib.util.spec_from_file_location("run_cli", Path(__file__).resolve().parents[1] / "benchmarks/run.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    with socket.socket() as closed:  # a port that nothing listens on: connection refused, as offline
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv(dl.MIRROR_ENV, f"http://127.0.0.1:{closed.getsockname()[1]}")
+    cfg = compose_run("debug=smoke", "data=scan_simple", f"data.root={tmp_path / 'data'}", "data.download=true",
+                      f"results_file={tmp_path / 'results.csv'}")
+    with pytest.raises(DownloadError) as err:
+        run(cfg, tmp_path / "run")
+    assert isinstance(err.value, cli.USER_ERRORS)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/brendenlake/SCAN/\w+/simple_split/tasks_(train|test)_simple\.txt: "
+                        r"transfer failed: .*", str(err.value))

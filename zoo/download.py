@@ -10,10 +10,14 @@ Guarantees, because a half-written data file is worse than a missing one (a load
   directory, hashed while it streams, and ``os.replace``d into place; on any failure the temporary file is deleted;
 - a transfer shorter than its ``Content-Length`` is an error, not a short file (``http.client`` returns EOF quietly);
 - archives are read member by member and only the catalogued members are written, each to its catalogued path, and
-  never through a link, so a hostile archive cannot write outside the data root.
+  never through a link, so a hostile archive cannot write outside the data root; a download that is no archive (an
+  error page) or a damaged one is a ``DownloadError``;
+- a download holds a lock on the data root, so two downloads into one root take turns, and the temporary file of a
+  download that was killed (``kill -9``, a lost machine) is deleted by the next download into that root.
 
 Some upstream hashes cannot be known offline (the official CFQ tarball); such entries carry ``sha256=None``, and the
-download logs the computed hash with a warning that it is unverified.
+download logs the computed hash with a warning that it is unverified. An archive without a known hash whose kept
+members all have one (LEAR's zips: the mirror holds their members, not the zips) is verified through its members.
 
 Tests and air-gapped sites point the catalog at another host with ``mirror=`` or ``ZOO_DOWNLOAD_MIRROR``, which
 replaces the scheme and host of every URL (``https://raw.githubusercontent.com/a/b`` -> ``<mirror>/a/b``).
@@ -24,9 +28,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import gzip
 import hashlib
 import http.client
 import logging
+import lzma
 import os
 import re
 import stat
@@ -37,6 +44,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Callable, Collection, Iterator
@@ -299,9 +307,20 @@ def download(
     mirror = mirror or os.environ.get(MIRROR_ENV)
     entries = _select(CATALOG[family], family, files)
     report = DownloadReport(family, root)
+    try:
+        with _locked(root):
+            _download(entries, root, mirror, force, report)
+    except OSError as e:  # network errors are DownloadErrors already: this is the local disk
+        raise DownloadError(f"cannot write the download under {root}: {e}") from e
+    return report
+
+
+def _download(entries: tuple[RemoteFile, ...], root: Path, mirror: str | None, force: bool,
+              report: DownloadReport) -> None:
     todo: dict[Archive | None, list[RemoteFile]] = {}
     for entry in entries:
         target = _target(root, entry.dest)
+        _remove_stale_temporaries(target)
         if not force and _is_present(target, entry.sha256):
             report.skipped.append(entry.dest)
         else:
@@ -315,7 +334,31 @@ def download(
         else:
             _extract(archive, wanted, root, mirror, report)
         report.fetched += [entry.dest for entry in wanted]
-    return report
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """An exclusive lock on the data root (on the directory itself, so no lock file is left behind): while it is
+    held no other download writes there, so a temporary file found beside a target is a killed download's."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Delete what a killed download of ``target`` left: ``zoo.results.atomic_path``'s temporary file beside it,
+    ``.<name>.<8 random characters>.tmp`` (``tempfile.mkstemp``)."""
+    if not target.parent.is_dir():
+        return
+    stale = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
+    for path in target.parent.iterdir():
+        if stale.fullmatch(path.name) and path.is_file():
+            log.info("removing %s, left by a download that was killed", path)
+            path.unlink(missing_ok=True)
 
 
 def _select(entries: tuple[RemoteFile, ...], family: str, files: Collection[str] | None) -> tuple[RemoteFile, ...]:
@@ -413,18 +456,29 @@ def _extract(
     root.mkdir(parents=True, exist_ok=True)
     url = _with_mirror(archive.url, mirror)
     with tempfile.TemporaryFile(dir=root, prefix=".archive.", suffix=".part") as blob:
-        _check(_fetch(url, blob), archive.sha256, url, report)
+        sha256 = _fetch(url, blob)
+        if archive.sha256 is None and all(entry.sha256 for entry in wanted):
+            log.info("%s: no known checksum for the archive; each member kept is verified instead", url)
+        else:
+            _check(sha256, archive.sha256, url, report)
         blob.seek(0)
-        for name, is_regular, open_member in _members(blob):
-            entry = by_member.pop(_member_key(name), None)
-            if entry is None:
-                continue
-            if not is_regular:
-                raise UnsafePathError(f"{url}: member {name!r} is a link or special file; not extracting")
-            with open_member() as src, _staged(_target(root, entry.dest)) as out:
-                _check(_copy(src, out, None, PurePosixPath(name).name)[0], entry.sha256, f"{url}!{name}", report)
+        try:
+            for name, is_regular, open_member in _members(blob):
+                entry = by_member.pop(_member_key(name), None)
+                if entry is None:
+                    continue
+                if not is_regular:
+                    raise UnsafePathError(f"{url}: member {name!r} is a link or special file; not extracting")
+                with open_member() as src, _staged(_target(root, entry.dest)) as out:
+                    _check(_copy(src, out, None, PurePosixPath(name).name)[0], entry.sha256, f"{url}!{name}", report)
+        except _DAMAGED_ARCHIVE as e:
+            raise DownloadError(f"{url}: not a zip or tar archive, or a damaged one ({type(e).__name__}: {e})") from e
     if by_member:
         raise DownloadError(f"{url}: archive has no member(s) {sorted(by_member)}")
+
+
+# What the zip, tar, gzip and xz readers raise on bytes that are no archive or a damaged one.
+_DAMAGED_ARCHIVE = (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
 
 
 def _member_key(name: str) -> str:
