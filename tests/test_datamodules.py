@@ -664,3 +664,13 @@ def test_text2sql_and_cfq_release_programs_are_checked(tmp_path):
     path.write_text(path.read_text().replace('\\n}",', '\\n",', 1))  # example 0's query loses its closing brace
     with pytest.raises(DataFormatError, match=rf"^{path}, line 2: malformed data: example 0: cfq_sparql: "):
         read_splits("cfq_mcd2", tmp_path, cache=False)
+
+
+def test_a_cogs_file_cut_inside_the_generalization_type(tmp_path):
+    """The type is the last field: a cut there left a well-formed line whose type no result breakdown knows."""
+    write_valid_root(tmp_path, "cogs_gen")
+    path = tmp_path / "cogs/gen.tsv"
+    path.write_text(path.read_text().rstrip("\n")[:-5])  # in_distribution -> in_distrib
+    with pytest.raises(DataFormatError, match=rf"^{path}, line 2: malformed data: unknown generalization type "
+                                              r"'in_distrib'"):
+        read_splits("cogs_gen", tmp_path, cache=False)
