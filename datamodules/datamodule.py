@@ -62,7 +62,7 @@ def load_world(name: str, root: str | Path | None = None) -> Any:
         except UnicodeDecodeError:
             raise not_utf8(path) from None
         except FormalismError as e:  # the formalism's message says where in the file, not which file
-            raise DataFormatError(path, None, f"the database {name}'s {spec.formalism} programs run on",
+            raise DataFormatError(path, None, f"the {spec.formalism} database that {name}'s programs run on",
                                   str(e)) from None
     return _WORLDS[path]
 

@@ -258,7 +258,8 @@ def damaged_zip() -> bytes:
 
 
 @pytest.mark.parametrize("body", [b"<html>Service Unavailable</html>", damaged_tar_gz(), damaged_zip(),
-                                  tar_gz_bytes({"x": b"y"})[:30]], ids=["html", "cut_tar_gz", "bad_crc_zip", "cut_gzip"])
+                                  tar_gz_bytes({"x": b"y"})[:30]],
+                         ids=["html", "cut_tar_gz", "bad_crc_zip", "cut_gzip"])
 def test_a_download_that_is_no_archive_is_a_download_error(server, catalog, tmp_path, body):
     """A tarfile.ReadError (or BadZipFile, EOFError) traceback before; now one line naming the URL."""
     base, routes = server
