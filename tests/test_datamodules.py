@@ -599,7 +599,7 @@ def test_an_empty_test_file_stops_a_run_before_training(tmp_path):
                       f"results_file={tmp_path / 'results' / 'runs.csv'}")
     with pytest.raises(DataFormatError, match=rf"^{test_file}: malformed data: no examples"):
         run(cfg, tmp_path / "run")
-    assert not (tmp_path / "results").exists()
+    assert not (tmp_path / "results" / "runs.csv").exists()  # no row
 
 
 def test_cfq_blank_line_inside_a_paired_file(tmp_path):
