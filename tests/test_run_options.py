@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import REPO, compose_run, needs_mirror
+from datamodules import DataConfigError
 from zoo.options import OptionError, check_options
 from zoo.results import read_rows
 from zoo.train import RunConfigError, run
@@ -21,8 +22,7 @@ def smoke(tmp_path, *overrides):
     ("seed=-1", "seed=-1: expected an integer"),
     ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer"),
     ("trainer.max_steps=1.5", "trainer.max_steps=1.5: expected an integer"),
-    ("data.batch_size=0", "data.batch_size=0: expected a positive integer"),
-    ("data.limit_train=true", "data.limit_train=True: expected a positive integer"),
+    ("data.limit_train=true", "data.limit_train=True: expected int or null"),
     ("resume=yes", "resume='yes': expected true or false"),
     ("model.params.lr=abc", "model.params.lr='abc': expected float"),
     ("+model.params.hiden_size=3", "model.params.hiden_size: not an option of Seq2Seq (its options: backbone,"),
@@ -31,6 +31,11 @@ def smoke(tmp_path, *overrides):
 def test_a_bad_option_is_named_with_its_value_and_what_was_expected(override, message):
     with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(".", r"\.")):
         check_options(compose_run("debug=smoke", override))
+
+
+def test_the_data_modules_own_range_checks_run_before_any_work():
+    with pytest.raises(DataConfigError, match=r"data\.batch_size=0: expected a whole number of at least 1"):
+        check_options(compose_run("debug=smoke", "data.batch_size=0"))
 
 
 @pytest.mark.parametrize("override", ["model.params.lr=1", "trainer.max_epochs=-1", "trainer.max_epochs=null",

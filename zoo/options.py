@@ -4,8 +4,8 @@ deep inside Lightning or torch after the data and the model were built.
 
 Two sources of what is expected: the constructors the options are passed to (``data.*`` to ``ParsingDataModule``,
 ``model.params.*`` to the model class, ``model.featurizer.*`` to its featurizer), whose annotations give the types
-and whose parameters are the only names allowed; and ``RUN_OPTIONS`` below for the run's own and Lightning's keys,
-with the ranges a type cannot say.
+and whose parameters are the only names allowed; ``RUN_OPTIONS`` below for the run's own and Lightning's keys,
+with the ranges a type cannot say; the data module's constructor checks the ranges of ``data.*``.
 """
 from __future__ import annotations
 
@@ -48,13 +48,6 @@ RUN_OPTIONS: dict[str, tuple[tuple[type | None, ...], Callable[[Any], bool], str
     "trainer.check_val_every_n_epoch": ((int, None), _at_least(1), "a positive integer or null"),
     "trainer.gradient_clip_val": ((float, None), _at_least(0), "a non-negative number or null"),
     "trainer.accumulate_grad_batches": ((int,), _at_least(1), "a positive integer"),
-    "data.batch_size": ((int,), _at_least(1), "a positive integer"),
-    "data.eval_batch_size": ((int, None), _at_least(1), "a positive integer or null (data.batch_size)"),
-    "data.num_workers": ((int,), _at_least(0), "a non-negative integer"),
-    "data.val_fraction": ((float,), lambda v: 0 < v < 1, "a number between 0 and 1"),
-    "data.limit_train": ((int, None), _at_least(1), "a positive integer or null for all"),
-    "data.limit_eval": ((int, None), _at_least(1), "a positive integer or null for all"),
-    "data.train_limit": ((int, None), _at_least(1), "a positive integer or null for all"),
 }
 
 
@@ -72,6 +65,7 @@ def check_options(cfg: DictConfig) -> None:
     for section, target in (("data", ParsingDataModule), ("model.params", model_cls),
                             ("model.featurizer", model_cls.featurizer_class)):
         _check_against_constructor(OmegaConf.select(cfg, section) or {}, section, target)
+    ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))  # its own range checks; it reads nothing yet
 
 
 # constructor parameters the zoo fills in itself, never options
