@@ -52,7 +52,10 @@ def test_each_paraphrase_of_a_text2sql_query_keeps_its_own_variables(tmp_path):
     path.write_text(json.dumps([{"query-split": "train", "sql": [CAPITAL], "sentences": [
         {"question-split": "train", "text": "capital of state_name0", "variables": {"state_name0": "texas"}},
         {"question-split": "test", "text": "what is state_name0 's capital", "variables": {"state_name0": "ohio"}},
-    ]}]))
+    ]}, {"query-split": "dev", "sql": [CAPITAL], "sentences": [  # every part must hold a sentence
+        {"question-split": "dev", "text": "state_name0 's capital", "variables": {"state_name0": "utah"}}]},
+        {"query-split": "test", "sql": [CAPITAL], "sentences": [
+            {"question-split": "test", "text": "the capital of state_name0", "variables": {"state_name0": "iowa"}}]}]))
     by_query, by_question = read_text2sql(path, "query-split"), read_text2sql(path, "question-split")
     for first, second in (by_query["train"], (by_question["train"][0], by_question["test"][0])):
         assert first.meta["variables"] == {"state_name0": "texas"}

@@ -99,12 +99,13 @@ def verify_split(formalism, world: Any, split: str, examples: list[Example], exe
 
 def verify_dataset(name: str, root: str | None = None, progress: bool = False) -> tuple[str, list[SplitReport]]:
     """Run every check over every split of ``name``; returns (a header line, one report per split)."""
-    from datamodules import load_world, read_splits, resolve_root
+    from datamodules import load_world, programs_unchecked, read_splits, resolve_root
     from zoo.registry import get_dataset
 
     spec = get_dataset(name)
     formalism = get_formalism(spec.formalism)
-    splits = read_splits(name, root, cache=False)
+    with programs_unchecked():  # each broken program is reported below, not only the first
+        splits = read_splits(name, root, cache=False)
     world = load_world(name, root) if formalism.needs_world else None
     executes = formalism.executable and (world is not None or not formalism.needs_world)
     note = "" if executes or not formalism.executable else " (no database for this dataset: not executed)"
