@@ -140,6 +140,8 @@ def open_text(path: str | os.PathLike) -> Iterator[Any]:
             yield f
     except UnicodeDecodeError:
         raise not_utf8(path) from None
+    except (PermissionError, IsADirectoryError) as e:  # a missing file is check_files' to report, with its remedy
+        raise DataConfigError(f"{path}: cannot read it ({e.strerror})") from None
 
 
 def not_utf8(path: str | os.PathLike) -> DataFormatError:

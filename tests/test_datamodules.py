@@ -7,6 +7,7 @@ absent. The rest use small hand-written files (``tests/fixtures/datasets``, ``tm
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -552,6 +553,26 @@ def test_an_empty_file_names_itself(tmp_path, name, rel):
     with pytest.raises(DataFormatError) as err:
         read_splits(name, tmp_path, cache=False)
     assert str(err.value).startswith(str(tmp_path / rel))
+
+
+@pytest.mark.parametrize("name, rel", [("scan_simple", DATASETS["scan_simple"].files[0]),
+                                       ("geo_sql_iid", "text2sql/geography.json")])
+def test_a_data_file_that_cannot_be_read_names_itself(tmp_path, monkeypatch, name, rel):
+    """A file without read permission (tests run as root, who may read anything: ``open`` is told to refuse)."""
+    import datamodules.base
+
+    write_valid_root(tmp_path, name)
+    unreadable = tmp_path / rel
+
+    def refusing_open(path, *args, **kwargs):
+        if Path(path) == unreadable:
+            raise PermissionError(13, "Permission denied", str(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(datamodules.base, "open", refusing_open, raising=False)
+    expected = rf"^{re.escape(str(unreadable))}: cannot read it \(Permission denied\)$"
+    with pytest.raises(DataConfigError, match=expected):
+        read_splits(name, tmp_path, cache=False)
 
 
 @pytest.mark.parametrize("name, part, split_field", [("geo_sql_iid", "test", "question-split"),
