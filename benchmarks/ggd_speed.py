@@ -34,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from zoo.threads import use_passive_waiting  # noqa: E402
+
+use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 

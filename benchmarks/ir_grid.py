@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+from zoo.threads import threads_per_job  # noqa: E402
+
 # lir_ind+rir needs the x -> z_r stage of rir and the second stage of lir_d+rir; the two-stage lane starts first,
 # being the longest
 ORDER = ("lir_d+rir", "rir", "none", "lir_ind+rir")
@@ -73,8 +77,10 @@ def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str
 
 def run_jobs(jobs: list[Job], workers: int, deadline: float, log_dir: Path) -> dict[str, str]:
     """Run ``jobs`` in order, at most ``workers`` at once, each once the jobs it needs succeeded, until
-    ``deadline``; each job's outcome by name."""
+    ``deadline``; each job's outcome by name. Each job runs on its share of the cores (zoo/threads.py) unless
+    ``OMP_NUM_THREADS`` says otherwise."""
     pending, running, outcome = list(jobs), {}, {}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(threads_per_job(workers))}
 
     def stamp() -> str:
         return time.strftime("%H:%M:%S")
@@ -90,7 +96,7 @@ def run_jobs(jobs: list[Job], workers: int, deadline: float, log_dir: Path) -> d
                 break
             pending.remove(job)
             log = open(log_dir / f"{job.name}.log", "w")
-            process = subprocess.Popen(job.command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(job.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
             running[job.name] = (process, log, time.time())
             print(f"[{stamp()}] start {job.name}", flush=True)

@@ -21,6 +21,9 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from zoo.threads import use_passive_waiting  # noqa: E402
+
+use_passive_waiting()  # before torch starts OpenMP: a run slows down in proportion to the CPU it loses, no more
 from datamodules import DataConfigError, DataFormatError, MissingDataError  # noqa: E402
 from zoo.download import DownloadError  # noqa: E402
 from zoo.ir import UnsupportedIRError  # noqa: E402

@@ -30,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from zoo.threads import use_passive_waiting  # noqa: E402
+
+use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
@@ -44,8 +47,32 @@ DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
 KEY = ("phase", "data", "backbone", "weights", "batch_size", "bucketed", "threads", "hardware")
 
 
-def train_speed(model, loader, steps: int, warmup: int) -> tuple[int, float, int]:
-    """(examples, seconds, flops) of ``steps`` optimiser steps after ``warmup`` untimed ones."""
+def composed(overrides: list[str]):
+    """The run configuration of ``overrides`` on top of this benchmark's defaults."""
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides])
+    if cfg.model.name != "seq2seq":
+        sys.exit(f"error: model={cfg.model.name}: this benchmark measures the seq2seq backbone")
+    return cfg
+
+
+def model_and_data(cfg, checkpoint: Path | None = None):
+    """The run's datamodule and its seq2seq model: fresh weights, or ``checkpoint``'s."""
+    torch.manual_seed(cfg.seed)
+    datamodule = prepared_data(cfg)
+    if checkpoint:
+        model = Parser.load(str(checkpoint))
+    else:
+        params, featurizer = model_settings(cfg)
+        model = get_model("seq2seq").build(datamodule.train, get_dataset(cfg.data.name).formalism,
+                                           featurizer=featurizer, **params)
+    datamodule.attach(model.featurizer)
+    return model, datamodule
+
+
+def train_speed(model, loader, steps: int, warmup: int, count_flops: bool = True) -> tuple[int, float, int]:
+    """(examples, seconds, flops) of ``steps`` optimiser steps after ``warmup`` untimed ones (flops 0 unless
+    ``count_flops``)."""
     network = model.network.train()
     optimizer = torch.optim.AdamW(network.parameters(), lr=1e-4)
 
@@ -64,7 +91,7 @@ def train_speed(model, loader, steps: int, warmup: int) -> tuple[int, float, int
         step(batch)
     seconds = time.perf_counter() - start
     flops = 0
-    for batch in measured:  # counted apart: the counter slows what it watches
+    for batch in measured if count_flops else ():  # counted apart: the counter slows what it watches
         flops += counted_flops(lambda: network(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                                labels=batch["labels"]).loss.backward())
         optimizer.zero_grad()
@@ -91,23 +118,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--checkpoint", type=Path, help="a trained seq2seq checkpoint to measure instead of fresh "
                         "weights (an untrained decoder runs every output to the length limit)")
     args, overrides = parser.parse_known_args(argv)
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides])
-    if cfg.model.name != "seq2seq":
-        sys.exit(f"error: model={cfg.model.name}: this benchmark measures the seq2seq backbone")
+    cfg = composed(overrides)
     try:
         check_appendable(args.out)
     except ResultsFileError as e:
         sys.exit(f"error: {e}")
-    torch.manual_seed(cfg.seed)
-    datamodule = prepared_data(cfg)
-    if args.checkpoint:
-        model = Parser.load(str(args.checkpoint))
-    else:
-        params, featurizer = model_settings(cfg)
-        model = get_model("seq2seq").build(datamodule.train, get_dataset(cfg.data.name).formalism,
-                                           featurizer=featurizer, **params)
-    datamodule.attach(model.featurizer)
+    model, datamodule = model_and_data(cfg, args.checkpoint)
 
     peak = matmul_flops_per_s()
     common = {"data": cfg.data.name, "backbone": model.backbone, "weights": str(args.checkpoint or "untrained"),

@@ -42,3 +42,14 @@ def test_failed_needs_skip_a_job_and_the_deadline_stops_the_rest(tmp_path):
     slow = [Job("slow", python("import time; time.sleep(60)"), []), Job("queued", python("pass"), [])]
     outcome = run_jobs(slow, workers=1, deadline=time.time() + 2, log_dir=tmp_path)
     assert outcome == {"slow": "stopped at the deadline", "queued": "not started (deadline)"}
+
+
+def test_each_job_gets_its_share_of_the_cores_unless_omp_num_threads_is_set(tmp_path, monkeypatch):
+    monkeypatch.setattr(ir_grid.os, "sched_getaffinity", lambda pid: set(range(16)))
+    jobs = [Job(f"job{i}", python("import os; print(os.environ['OMP_NUM_THREADS'])"), []) for i in range(2)]
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    run_jobs(jobs, workers=4, deadline=time.time() + 60, log_dir=tmp_path)
+    assert [(tmp_path / f"job{i}.log").read_text() for i in range(2)] == ["4\n", "4\n"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    run_jobs(jobs, workers=4, deadline=time.time() + 60, log_dir=tmp_path)
+    assert (tmp_path / "job0.log").read_text() == "3\n"
