@@ -71,8 +71,11 @@ HAND_CHECKED = [
     ("answer ( shortest ( river ( all ) ) )", {river("delaware")}),
     # border lists: missouri and tennessee 8 states each, kentucky 7 next: a tie keeps both
     ("answer ( most ( state ( next_to_2 ( state ( all ) ) ) ) )", {state("missouri"), state("tennessee")}),
-    # border('maine','me',['new hampshire']); alaska and hawaii border nothing, so they are no candidates
-    ("answer ( fewest ( state ( next_to_2 ( state ( all ) ) ) ) )", {state("maine")}),
+    # border('alaska','ak',[]), border('hawaii','hi',[]): no neighbours, fewer than maine's one (new hampshire)
+    ("answer ( fewest ( state ( next_to_2 ( state ( all ) ) ) ) )", {state("alaska"), state("hawaii")}),
+    # no river/3 fact lists alaska, hawaii, maine or rhode island: no rivers is the fewest
+    ("answer ( fewest ( state ( loc_1 ( river ( all ) ) ) ) )",
+     {state("alaska"), state("hawaii"), state("maine"), state("rhode island")}),
     # the mississippi's list names 10 distinct states; missouri and ohio 6
     ("answer ( most ( river ( traverse_2 ( state ( all ) ) ) ) )", {river("mississippi")}),
     # state('california',...,23.67e+6,...) has the largest population (new york 17.558e+6)

@@ -38,15 +38,19 @@ Semantics (``execute``), after the evaluator of Wong & Mooney's WASP (``eval.pl`
 * superlatives keep the elements with the best key: ``largest``/``smallest`` by size, ``highest``/``lowest`` by
   elevation, ``longest``/``shortest`` by length, ``largest_one``/``smallest_one`` by the attribute they are
   applied to (``largest_one ( density_1 ( state ( all ) ) )`` is a state). ``most``/``fewest`` take
-  ``kinds ( relation ( Y ) )`` and keep the candidates related to the most/fewest elements of Y
-  (``most ( state ( loc_1 ( city ( all ) ) ) )``: the state with the most cities).
+  ``kinds ( relation ( Y ) )`` and keep the entities of the kinds related to the most/fewest elements of Y
+  (``most ( state ( loc_1 ( city ( all ) ) ) )``: the state with the most cities); every entity of the kinds
+  is a candidate, one related to none counting 0 (``fewest ( state ( next_to_2 ( state ( all ) ) ) )``:
+  alaska and hawaii, which border no state).
 * ``count`` (number of distinct elements), ``sum`` (over entities, so equal values all count), ``exclude``,
   ``intersection``; ``answer`` is the identity.
 
 Where WASP's evaluator is unclear or order-dependent this module decides: ties in a superlative keep every tied
 element (Prolog keeps the first); ``cityid ( 'springfield', _ )`` is every city of that name (Prolog binds the
 first one a predicate matches); ``most``/``fewest`` count each candidate's related elements (WASP's
-``process2`` counts them for the inner set and returns a city for ``most ( state ( loc_1 ( city ( all ) ) ) )``);
+``process2`` ranks the elements of Y instead and returns a city for ``most ( state ( loc_1 ( city ( all ) ) ) )``;
+so the gold program of "what state borders the least states excluding alaska and excluding hawaii", which
+excludes them from Y, denotes alaska and hawaii here, where WASP answers maine);
 mountains are the ``mountain/4`` peaks and lakes the ``lake/3`` lakes, located in their states (as in later
 ``geoquery.pl`` versions; WASP reads ``mountain`` as ``place``); a river low point shared by several states has its
 lowest elevation; state capitals missing from ``city/4`` are cities (without a population).
@@ -243,15 +247,16 @@ def _measure_superlative_type(head: str, arg: Tree) -> Type:
     return _apply_overloads(head, [measured], [arg[1]])
 
 
-def _relation_under_kinds(head: str, arg: Tree) -> tuple[str, Tree]:
-    """most/fewest's argument ``kind ( ... kind ( relation ( Y ) ) )`` as (relation, Y)."""
-    node = arg
+def _relation_under_kinds(head: str, arg: Tree) -> tuple[list[str], str, Tree]:
+    """most/fewest's argument ``kind ( ... kind ( relation ( Y ) ) )`` as ([kind, ...], relation, Y)."""
+    node, kinds = arg, []
     while _applies(node, KINDS):
+        kinds.append(node[0])
         node = node[1]
     if not _applies(node, RELATIONS):
         raise FormalismError(f"funql: {head} takes a relation ({', '.join(RELATIONS)}) under kind predicates, "
                              f"found {unparse(arg)!r}")
-    return node[0], node[1]
+    return kinds, node[0], node[1]
 
 
 def compose(function: str, *arguments: Tree) -> Tree:
@@ -286,6 +291,10 @@ class _Executor:
     def __init__(self, world: GeoBase):
         self.world = w = world
         self.names = {kind: _group(members, key=lambda e: e[1]) for kind, members in w.by_kind.items()}
+        self.members = {kind: frozenset(w.by_kind[kind]) for kind in ENTITY_TYPES}  # kind ( all )
+        self.members["capital"] = frozenset(w.capital_of.values())
+        self.members["major"] = frozenset({c for c in w.by_kind["city"] if w.population.get(c, 0) > 150_000}
+                                          | {r for r in w.by_kind["river"] if w.length[r] > 750})
         capitals = {state: {city} for state, city in w.capital_of.items()}
         forward = {"loc": w.located_in, "next_to": w.borders, "traverse": w.traverses, "capital": capitals,
                    "high_point": w.high_point, "low_point": w.low_point}
@@ -369,22 +378,18 @@ class _Executor:
         return frozenset(city for city in named if city[2] == abbreviation)
 
     def kind(self, head: str, arg: Tree) -> frozenset:
-        w = self.world
-        if head == "capital":
-            members = set(w.capital_of.values())
-        elif head == "major":
-            members = {c for c in w.by_kind["city"] if w.population.get(c, 0) > 150_000}
-            members |= {r for r in w.by_kind["river"] if w.length[r] > 750}
-        else:
-            members = w.by_kind[head]
-        if arg == ALL:
-            return frozenset(members)
-        return frozenset(x for x in self.run(arg) if x in members)
+        members = self.members[head]
+        return members if arg == ALL else members & self.run(arg)
 
     def most(self, head: str, arg: Tree) -> frozenset:
-        """The candidates (arg) related to the most (fewest) elements of Y, where arg = kinds ( relation ( Y ) )."""
-        relation, inner = _relation_under_kinds(head, arg)
-        candidates = self.run(arg)
+        """The entities of the kinds related to the most (fewest) elements of Y, where arg = kinds ( relation ( Y ) ).
+
+        Every entity of the kinds (without one, of the relation's result types) is a candidate, so one related to
+        no element of Y counts 0: the state that borders the fewest states is alaska or hawaii (no neighbours)."""
+        kinds, relation, inner = _relation_under_kinds(head, arg)
+        candidates = frozenset().union(*(self.members[t] for t in type_of(arg)))
+        for kind in kinds:
+            candidates &= self.members[kind]
         related_count = dict.fromkeys(candidates, 0)
         for y in self.run(inner):
             for candidate in candidates.intersection(self.relate(relation, y)):
