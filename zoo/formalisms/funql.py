@@ -14,10 +14,10 @@ comma without a space before it, which ``unparse`` reproduces. ``all`` is the ar
 (``state ( all )``) and ``0`` is a number literal (``elevation_2 ( 0 )``).
 
 Types (``FUNQL_SIGNATURES``). The entity types are state, city, river, place (a state's high or low point in
-``highlow/6``), mountain (``mountain/4``), lake and country; values are numbers. A program's type is a set of
-base types (``loc_2 ( stateid ( 'texas' ) )`` is a city, river, place, mountain or lake); a predicate is a list
-of overloads ``argument types -> result type`` and applying it keeps the results of the overloads its arguments
-fit. A few overloads exist only because gold programs use them; they denote nothing in geobase
+``highlow/6``; ``mountain`` keeps the high points, see below), lake and country; values are numbers. A program's
+type is a set of base types (``loc_2 ( stateid ( 'texas' ) )`` is a city, river, place or lake); a predicate is
+a list of overloads ``argument types -> result type`` and applying it keeps the results of the overloads its
+arguments fit. A few overloads exist only because gold programs use them; they denote nothing in geobase
 (``LAX_OVERLOADS``): ``capital`` of a place, ``major`` of a lake, ``loc_2``/``traverse_2`` of a city,
 ``next_to_2`` of a river, ``area_1``/``density_1`` of a city, ``density_1`` of the country.
 ``largest_one``/``smallest_one`` take an attribute application and ``most``/``fewest`` a relation under kind
@@ -25,15 +25,16 @@ predicates; ``type_of`` checks those shapes too.
 
 Semantics (``execute``), after the evaluator of Wong & Mooney's WASP (``eval.pl`` over ``geoquery.pl``), on sets:
 * kind predicates (``state``, ``city``, ..., ``capital``, ``major``) filter a set; with ``all`` they give every
-  entity of the kind. ``major``: cities over 150,000 people, rivers over 750 (km); never a lake.
+  entity of the kind. ``major``: cities over 150,000 people, rivers over 750 (km); never a lake. ``mountain``:
+  the places that are a state's high point.
 * relations map each element and take the union: ``loc_1`` (where x is: its states and the USA), ``loc_2``
   (what is in x), ``next_to_1/2`` (``border/3``), ``traverse_1/2`` (a river's states and the USA),
   ``capital_1/2``, ``high_point_1/2``, ``low_point_1/2`` (the USA's are its highest and lowest place),
-  ``higher_2``/``lower_2`` (places and mountains higher/lower than some element), ``longer`` (rivers longer than
-  some element), ``elevation_2`` (places and mountains at that elevation).
+  ``higher_2``/``lower_2`` (places higher/lower than some element), ``longer`` (rivers longer than some
+  element), ``elevation_2`` (places at that elevation).
 * attributes map each entity to a number: ``population_1``, ``area_1``, ``density_1`` (population / area),
   ``elevation_1``, ``len``, ``size`` (area of a state or lake, population of a city, length of a river, elevation
-  of a place or mountain, a number itself); entities without the attribute (geobase has no population or area
+  of a place, a number itself); entities without the attribute (geobase has no population or area
   for the USA, no area for cities) are skipped.
 * superlatives keep the elements with the best key: ``largest``/``smallest`` by size, ``highest``/``lowest`` by
   elevation, ``longest``/``shortest`` by length, ``largest_one``/``smallest_one`` by the attribute they are
@@ -50,10 +51,20 @@ element (Prolog keeps the first); ``cityid ( 'springfield', _ )`` is every city 
 first one a predicate matches); ``most``/``fewest`` count each candidate's related elements (WASP's
 ``process2`` ranks the elements of Y instead and returns a city for ``most ( state ( loc_1 ( city ( all ) ) ) )``;
 so the gold program of "what state borders the least states excluding alaska and excluding hawaii", which
-excludes them from Y, denotes alaska and hawaii here, where WASP answers maine);
-mountains are the ``mountain/4`` peaks and lakes the ``lake/3`` lakes, located in their states (as in later
-``geoquery.pl`` versions; WASP reads ``mountain`` as ``place``); a river low point shared by several states has its
-lowest elevation; state capitals missing from ``city/4`` are cities (without a population).
+excludes them from Y, denotes alaska and hawaii here, where WASP answers maine); lakes are the ``lake/3``
+lakes, located in their states (as in later ``geoquery.pl`` versions); a river low point shared by several
+states has its lowest elevation; state capitals missing from ``city/4`` are cities (without a population).
+
+Mountains are the high points of ``highlow/6``, not the ``mountain/4`` peaks. The corpus the data comes from
+types ``mountain`` as a filter over places (``raw/geoFunql-en.corpus``, e.g. id 363 "what is the height of the
+highest mountain in texas ?": ``*n:Place -> ({ mountain ( *n:Place ) })``), and WASP's evaluator, whose answers
+the papers score, reads ``mountain ( all )`` as every place and ``mountain ( X )`` as the places of X: the
+highest mountain in texas is guadalupe peak, 2667 (``highlow/6``), where ``mountain/4`` has no texas fact at
+all (it lists 50 peaks above 4,300 m in alaska, california, colorado and washington). This module keeps the
+high points only, since a low point such as the pacific ocean is no mountain (WASP's one different gold answer:
+"what mountains are in alaska ?" is mount mckinley here, mount mckinley and the pacific ocean there). Reading
+the ``mountain/4`` peaks as well would count a summit twice under two names (``mountain/4``'s mckinley 6194 is
+``highlow/6``'s mount mckinley, so are whitney, elbert and rainier), so ``geobase.py`` does not read them.
 
 Errors and empty sets. A constant must use a name geobase has for its type (``stateid ( 'atlantis' )`` is a
 ``FormalismError`` naming it) and a ``cityid`` a known state abbreviation; a known city name with a state that
@@ -78,7 +89,7 @@ Tree = Any  # a leaf str, or a tuple (head, *arguments) from parse_brackets
 Type = frozenset  # of base type names
 
 # ----- type system -------------------------------------------------------------------------------------------
-ENTITY_TYPES = ("state", "city", "river", "place", "mountain", "lake", "country")
+ENTITY_TYPES = ("state", "city", "river", "place", "lake", "country")
 VALUE_TYPES = ENTITY_TYPES + ("number",)
 ALL = "all"  # the type of the leaf ``all``, which only kind predicates take
 
@@ -86,16 +97,17 @@ ALL = "all"  # the type of the leaf ``all``, which only kind predicates take
 CONSTANTS = {"stateid": "state", "cityid": "city", "riverid": "river", "placeid": "place", "countryid": "country"}
 ANY_STATE = "_"  # cityid ( 'austin', _ ): a city of that name in any state
 
-# Kind predicates: keep the elements of one kind; ``capital`` and ``major`` keep capitals and major cities/rivers.
+# Kind predicates: keep the elements of one kind; ``capital``, ``major`` and ``mountain`` keep capitals, major
+# cities/rivers and high points.
 KINDS = {"state": ("state",), "city": ("city",), "river": ("river",), "place": ("place",),
-         "mountain": ("mountain",), "lake": ("lake",), "capital": ("city",), "major": ("city", "river")}
+         "mountain": ("place",), "lake": ("lake",), "capital": ("city",), "major": ("city", "river")}
 
 # Relations between entities: overloads argument type -> result type.
 RELATIONS = {
-    "loc_1": [(t, "state") for t in ("city", "river", "place", "mountain", "lake")]
-             + [(t, "country") for t in ("state", "city", "river", "place", "mountain", "lake")],
-    "loc_2": [("state", t) for t in ("city", "river", "place", "mountain", "lake")]
-             + [("country", t) for t in ("state", "city", "river", "place", "mountain", "lake")],
+    "loc_1": [(t, "state") for t in ("city", "river", "place", "lake")]
+             + [(t, "country") for t in ("state", "city", "river", "place", "lake")],
+    "loc_2": [("state", t) for t in ("city", "river", "place", "lake")]
+             + [("country", t) for t in ("state", "city", "river", "place", "lake")],
     "next_to_1": [("state", "state")], "next_to_2": [("state", "state")],
     "traverse_1": [("river", "state"), ("river", "country")],
     "traverse_2": [("state", "river"), ("country", "river")],
@@ -104,16 +116,14 @@ RELATIONS = {
     "high_point_2": [("place", "state"), ("place", "country")],
     "low_point_1": [("state", "place"), ("country", "place")],
     "low_point_2": [("place", "state"), ("place", "country")],
-    "higher_2": [(a, b) for a in ("place", "mountain") for b in ("place", "mountain")],
-    "lower_2": [(a, b) for a in ("place", "mountain") for b in ("place", "mountain")],
-    "longer": [("river", "river")],
-    "elevation_2": [("number", "place"), ("number", "mountain")],
+    "higher_2": [("place", "place")], "lower_2": [("place", "place")], "longer": [("river", "river")],
+    "elevation_2": [("number", "place")],
 }
 
 # Attributes: entity -> number, by the entity types that have them.
 ATTRIBUTES = {"population_1": ("state", "city", "country"), "area_1": ("state", "lake", "country"),
-              "density_1": ("state",), "elevation_1": ("place", "mountain"), "len": ("river",),
-              "size": ("state", "city", "river", "place", "mountain", "lake", "number")}
+              "density_1": ("state",), "elevation_1": ("place",), "len": ("river",),
+              "size": ("state", "city", "river", "place", "lake", "number")}
 
 # Superlatives over a set: the attribute that gives the key they rank by, and whether the max or the min wins.
 SUPERLATIVES = {"largest": ("size", max), "smallest": ("size", min), "highest": ("elevation_1", max),
@@ -293,6 +303,7 @@ class _Executor:
         self.names = {kind: _group(members, key=lambda e: e[1]) for kind, members in w.by_kind.items()}
         self.members = {kind: frozenset(w.by_kind[kind]) for kind in ENTITY_TYPES}  # kind ( all )
         self.members["capital"] = frozenset(w.capital_of.values())
+        self.members["mountain"] = frozenset().union(*w.high_point.values())  # see the module docstring
         self.members["major"] = frozenset({c for c in w.by_kind["city"] if w.population.get(c, 0) > 150_000}
                                           | {r for r in w.by_kind["river"] if w.length[r] > 750})
         capitals = {state: {city} for state, city in w.capital_of.items()}

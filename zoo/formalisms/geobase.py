@@ -8,8 +8,9 @@ which entity is located in which, borders, rivers traversing states, capitals, h
 numeric attributes (population, area, length, elevation).
 
 Entities are typed tuples: ``('state', 'texas')``, ``('city', 'austin', 'tx')`` (name and state abbreviation),
-``('river', 'red')``, ``('place', 'mount whitney')`` (a high or low point of ``highlow/6``),
-``('mountain', 'whitney')`` (``mountain/4``), ``('lake', 'tahoe')`` and ``('country', 'usa')``.
+``('river', 'red')``, ``('place', 'mount whitney')`` (a high or low point of ``highlow/6``), ``('lake', 'tahoe')``
+and ``('country', 'usa')``. ``mountain/4`` and ``road/2`` are read but make no entities: FunQL's ``mountain``
+denotes ``highlow/6`` places (see ``funql.py``) and no FunQL predicate asks about roads.
 """
 from __future__ import annotations
 
@@ -142,8 +143,8 @@ class GeoBase:
         self.state_of_abbreviation: dict[str, Entity] = {
             fact[2]: ("state", fact[1]) for fact in facts if fact[0] == "state" and len(fact) == 11}
         readers = {("state", 10): self._state, ("city", 4): self._city, ("river", 3): self._river,
-                   ("border", 3): self._border, ("highlow", 6): self._highlow, ("mountain", 4): self._mountain,
-                   ("lake", 3): self._lake, ("road", 2): None}  # no FunQL predicate asks about roads
+                   ("border", 3): self._border, ("highlow", 6): self._highlow, ("mountain", 4): None,
+                   ("lake", 3): self._lake, ("road", 2): None}  # mountain/4, road/2: see the module docstring
         for fact in facts:
             key = (fact[0], len(fact) - 1)
             if key not in readers:
@@ -201,12 +202,6 @@ class GeoBase:
             extremes[state].add(place)
             # A place that is the low point of several states ('gulf of mexico') keeps its lowest elevation.
             self.elevation[place] = min(float(elevation), self.elevation.get(place, float("inf")))
-
-    def _mountain(self, state_name, _abbreviation, name, elevation):
-        mountain = ("mountain", name)
-        self.by_kind["mountain"].add(mountain)
-        self.located_in[mountain].add(("state", state_name))
-        self.elevation[mountain] = float(elevation)
 
     def _lake(self, name, area, states):
         lake = ("lake", name)
