@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from zoo.ir import DEFINITIONS
 from zoo.registry import get_model
 
 
@@ -40,6 +41,7 @@ RUN_OPTIONS: dict[str, tuple[tuple[type | None, ...], Callable[[Any], bool], str
     "overwrite": ((bool,), _anything, "true or false"),
     "test_only": ((bool,), _anything, "true or false"),
     "stop_when_converged": ((bool,), _anything, "true or false"),
+    "ir_definition": ((str,), lambda v: v in DEFINITIONS, " or ".join(DEFINITIONS)),
     "trainer.max_epochs": ((int, None), _at_least(-1), "an integer, -1 or null for no limit"),
     "trainer.min_epochs": ((int, None), _at_least(0), "a non-negative integer or null"),
     "trainer.max_steps": ((int, None), _at_least(-1), "an integer, -1 for no limit"),

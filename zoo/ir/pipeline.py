@@ -72,11 +72,11 @@ REVERSIBLE = ("rir", "graphq")
 class Transforms:
     """The reversible and lossy IRs of one formalism, fitted on the training programs, as the stages use them."""
 
-    def __init__(self, formalism: str, needed: set[str]):
+    def __init__(self, formalism: str, needed: set[str], definition: str = "paper"):
         self.formalism = formalism
         wanted = needed | ({"rir"} if "lir+rir" in needed else set())
-        self.reversible = {name: get_ir(name, formalism) for name in REVERSIBLE if name in wanted}
-        self.lir = get_ir("lir", formalism) if needed & {"lir", "lir+rir"} else None
+        self.reversible = {name: get_ir(name, formalism, definition) for name in REVERSIBLE if name in wanted}
+        self.lir = get_ir("lir", formalism, definition) if needed & {"lir", "lir+rir"} else None
 
     def fit(self, train: list[Example]) -> "Transforms":
         for ir in self.reversible.values():
@@ -106,13 +106,14 @@ class Transforms:
         return {"formalism": self.formalism, "rir_short_names": getattr(self.reversible.get("rir"), "short", None)}
 
 
-def check_pipeline(name: str, formalism: str) -> tuple[tuple[Stage, ...], Transforms]:
-    """The stages of ``ir=name`` and the (unfitted) IRs they need; refuses an unknown pipeline or a formalism
-    without those IRs."""
+def check_pipeline(name: str, formalism: str, definition: str = "paper") -> tuple[tuple[Stage, ...], Transforms]:
+    """The stages of ``ir=name`` and the (unfitted) IRs they need, under ``definition`` (``zoo.ir.DEFINITIONS``);
+    refuses an unknown pipeline or definition, or a formalism without those IRs."""
     if name not in PIPELINES:
         raise UnsupportedIRError(f"ir={name!r} is not a pipeline; choose one of none, {', '.join(PIPELINES)}")
     stages = PIPELINES[name]
-    return stages, Transforms(formalism, {s.target for s in stages} | {s.source for s in stages if s.source})
+    return stages, Transforms(formalism, {s.target for s in stages} | {s.source for s in stages if s.source},
+                              definition)
 
 
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -123,7 +124,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if cfg.model.name != "seq2seq":
         raise RunConfigError(f"ir={cfg.ir} needs model=seq2seq (the pipelines chain seq2seq stages), "
                              f"not model={cfg.model.name}")
-    stages, transforms = check_pipeline(cfg.ir, spec.formalism)
+    definition = cfg.get("ir_definition", "paper")
+    stages, transforms = check_pipeline(cfg.ir, spec.formalism, definition)
     commit = git_commit()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -131,7 +133,9 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     transforms.fit(datamodule.train)
     (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
 
-    stage_dirs = [stage_directory(cfg, cfg.ir_stages_dir, stage.name) for stage in stages]
+    # the zoo definitions' stages were hashed before there was a choice: they keep those hashes (and are reused)
+    definition_setting = None if definition == "zoo" else {"ir_definition": definition}
+    stage_dirs = [stage_directory(cfg, cfg.ir_stages_dir, stage.name, definition_setting) for stage in stages]
     stage_rows = [run_stage(cfg, stage.name, stage_dir, formalism="tokens",
                             rewrite=lambda split, examples, stage=stage: [stage_example(transforms, stage, e)
                                                                           for e in examples])
@@ -159,6 +163,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if len(stages) > 1:  # how often the first stage's output was right (the paper's 47.2 on z_l, §4.1)
         row["test_stage1_exact_match"] = stage1_correct / max(n_test, 1)
     row["best_val_metric"] = "val/exact_match (last stage, gold inputs)"
+    row["ir_definition"] = definition
     record(cfg, run_dir, row)
     log.info("ir=%s test exact match %.4f; predictions in %s", cfg.ir, row["test_exact_match"],
              run_dir / "predictions.jsonl")

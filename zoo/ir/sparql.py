@@ -58,7 +58,8 @@ def shortest_unique_suffixes(relations: set[str]) -> dict[str, str]:
 class SparqlRIR(IntermediateRepresentation):
     name, formalism, reversible = "rir", "cfq_sparql", True
 
-    def __init__(self):
+    def __init__(self, definition: str = "paper"):
+        super().__init__(definition)
         self.short: dict[str, str] = {}  # full relation name -> short name
         self.full: dict[str, str] = {}
 
