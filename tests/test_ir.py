@@ -22,8 +22,8 @@ SPARQL_Y = ("SELECT DISTINCT ?x0 WHERE { ?x0 performance.character M1 . ?x0 pers
             "?x0 marriage.spouses M2 . ?x0 marriage.spouses M3 }")
 
 
-def test_sparql_rir_and_lir_on_figure_2a():
-    rir, sparql = get_ir("rir", "cfq_sparql").fit([SPARQL_Y]), get_formalism("cfq_sparql")
+def test_sparql_rir_and_lir_on_figure_2a():  # the zoo's shortening gives the figure's short names
+    rir, sparql = get_ir("rir", "cfq_sparql", "zoo").fit([SPARQL_Y]), get_formalism("cfq_sparql")
     ir = rir.forward(SPARQL_Y)
     assert ir == ("SELECT DISTINCT ?x0 WHERE { ( ?x0 character ( M1 ) ) . ( ?x0 nationality ( m_0f819c ) ) . "
                   "( ?x0 spouses ( M2 , M3 ) ) }")
@@ -37,12 +37,35 @@ def test_sparql_rir_and_lir_on_figure_2a():
 
 
 def test_sparql_rir_structure_counts_an_object_list_as_one_slot():
-    rir = get_ir("rir", "cfq_sparql").fit([SPARQL_Y])
+    rir = get_ir("rir", "cfq_sparql", "zoo").fit([SPARQL_Y])
     one_spouse = SPARQL_Y.replace(" . ?x0 marriage.spouses M3", "")
     assert rir.structure(rir.forward(SPARQL_Y)) == rir.structure(rir.forward(one_spouse)) == (
         "SELECT DISTINCT var WHERE { ( var character ( var ) ) . ( var nationality ( var ) ) . "
         "( var spouses ( var ) ) }")
     assert rir.structure(SPARQL_Y) != rir.structure(one_spouse)  # the program keeps one slot per triple
+
+def test_sparql_rir_as_the_paper_defines_it_trims_only_the_namespace_prefix_of_a_path():
+    from zoo.ir.sparql import after_last_namespace
+
+    path, inverse = "film.actor.film/ns:film.performance.character", "^ns:people.person.gender"
+    assert after_last_namespace({path, inverse, "people.person.gender", "a", "x/ns:k.v", "y/ns:k.v"}) == {
+        path: "film.performance.character", "a": "a", "people.person.gender": "people.person.gender",
+        inverse: inverse, "x/ns:k.v": "x/ns:k.v", "y/ns:k.v": "y/ns:k.v"}  # names that would not be unique stay
+    program = (f"SELECT DISTINCT ?x0 WHERE {{ ?x0 {path} M1 . ?x0 {inverse} m_05zppz . "
+               "?x0 people.person.gender M2 . ?x0 people.person.gender M3 }")
+    rir, sparql = get_ir("rir", "cfq_sparql").fit([program]), get_formalism("cfq_sparql")
+    ir = rir.forward(program)
+    assert ir == ("SELECT DISTINCT ?x0 WHERE { ( ?x0 film.performance.character ( M1 ) ) . "
+                  f"( ?x0 {inverse} ( m_05zppz ) ) . ( ?x0 people.person.gender ( M2 , M3 ) ) }}")
+    assert sparql.canonical(rir.inverse(ir)) == sparql.canonical(program)
+    assert get_ir("rir", "cfq_sparql", "zoo").fit([program]).forward(program).startswith(
+        "SELECT DISTINCT ?x0 WHERE { ( ?x0 character ( M1 ) )")
+
+
+def test_an_unknown_ir_definition_is_refused():
+    with pytest.raises(UnsupportedIRError, match="ir_definition='herzig': expected one of paper, zoo"):
+        get_ir("rir", "scan", "herzig")
+
 
 def test_short_relation_names_grow_until_unique():
     from zoo.ir.sparql import shortest_unique_suffixes
@@ -86,6 +109,34 @@ def test_scan_rir_on_figure_2c_brackets_complex_actions_and_repetitions():
         rir.inverse("( I_JUMP ( I_WALK )", command)
     with pytest.raises(IRError, match="I_FLY"):
         rir.inverse("( I_FLY )", command)
+
+
+@pytest.mark.parametrize("command, paper, zoo", [
+    ("jump twice", "( ( I_JUMP ) ( I_JUMP ) )", "( I_JUMP I_JUMP )"),
+    ("walk around left", "( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK )",
+     "( ( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) )"),
+    ("turn around right twice", "( ( ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ) "
+     "( ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ( I_TURN_RIGHT ) ) )",
+     "( ( I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT ) ( I_TURN_RIGHT I_TURN_RIGHT I_TURN_RIGHT "
+     "I_TURN_RIGHT ) )"),
+    ("look opposite left thrice", "( ( I_TURN_LEFT I_TURN_LEFT I_LOOK ) ( I_TURN_LEFT I_TURN_LEFT I_LOOK ) "
+     "( I_TURN_LEFT I_TURN_LEFT I_LOOK ) )", "( ( I_TURN_LEFT I_TURN_LEFT I_LOOK ) ( I_TURN_LEFT I_TURN_LEFT I_LOOK ) "
+     "( I_TURN_LEFT I_TURN_LEFT I_LOOK ) )"),
+])
+def test_scan_rir_as_the_paper_defines_it_brackets_each_occurrence(command, paper, zoo):
+    program = get_formalism("scan").interpret(command)
+    for definition, expected in (("paper", paper), ("zoo", zoo)):
+        rir = get_ir("rir", "scan", definition)
+        assert rir.forward(program, command) == expected
+        assert rir.inverse(expected, command) == program
+
+
+def test_scan_lir_of_the_rir_finds_runs_across_brackets_as_figure_2c():
+    rir = "( I_TURN_RIGHT I_TURN_RIGHT I_JUMP ) ( ( I_TURN_LEFT I_TURN_LEFT ) ( I_TURN_LEFT I_TURN_LEFT ) )"
+    assert get_ir("lir", "scan").forward(rir) == \
+        "( I_TURN_RIGHT ACTION I_JUMP ) ( ( I_TURN_LEFT ACTION ) ( ACTION ACTION ) )"
+    assert get_ir("lir", "scan", "zoo").forward(rir) == \
+        "( I_TURN_RIGHT ACTION I_JUMP ) ( ( I_TURN_LEFT ACTION ) ( I_TURN_LEFT ACTION ) )"
 
 
 def test_scan_lir_anonymises_repeats_but_the_first():

@@ -6,7 +6,8 @@ import torch
 
 from conftest import compose_run, needs_mirror
 from zoo.ir import UnsupportedIRError
-from zoo.ir.pipeline import PIPELINES, Stage, Transforms, chain, stage_example
+from zoo.ir.pipeline import PIPELINES, Stage, Transforms, chain, stage_directories, stage_example
+from zoo.stages import stage_directory
 from zoo.results import read_rows
 from zoo.train import RunConfigError, run
 from zoo.types import Example
@@ -31,6 +32,15 @@ def test_stage_examples_follow_the_paper_table():
         "jump opposite right twice [SEP] I_TURN_RIGHT ACTION I_JUMP I_TURN_RIGHT ACTION I_JUMP")
 
 
+def test_each_ir_definition_trains_its_own_stages_and_the_zoo_s_keep_their_earlier_names():
+    paper, zoo = compose_run("ir=rir", "data=scan_length"), compose_run("ir=rir", "data=scan_length",
+                                                                        "ir_definition=zoo")
+    assert paper.ir_definition == "paper"
+    assert stage_directories(paper, PIPELINES["rir"]) != stage_directories(zoo, PIPELINES["rir"])
+    assert stage_directories(zoo, PIPELINES["rir"]) == [stage_directory(zoo, zoo.ir_stages_dir, "x_to_rir")]
+    assert compose_run("experiment=seq2seq_grid_cpu").ir_definition == "zoo"  # the grid's rows were measured so
+
+
 @needs_mirror
 def test_unknown_pipeline_and_formalism_without_irs_fail_before_training(tmp_path):
     with pytest.raises(UnsupportedIRError, match="choose one of none, rir, lir_d"):
@@ -47,7 +57,7 @@ def test_two_stage_pipeline_end_to_end_shares_stages(tmp_path):
     cfg = smoke(tmp_path, "data=scan_length", "ir=lir_ind+rir")
     assert cfg.model.variant == "lir_ind+rir" and cfg.subsample == "-train32-eval8"  # debug=smoke: 32 to train, 8 to evaluate
     row = run(cfg, tmp_path / "pipeline")
-    assert row["variant"] == "lir_ind+rir-train32-eval8" and row["n_test"] == 8
+    assert row["variant"] == "lir_ind+rir-train32-eval8" and row["n_test"] == 8 and row["ir_definition"] == "paper"
     assert 0.0 <= row["test_exact_match"] <= 1.0 and 0.0 <= row["test_stage1_exact_match"] <= 1.0
     assert [r["variant"] for r in read_rows(tmp_path / "runs.csv")] == ["lir_ind+rir-train32-eval8"]
     stage_dirs = row["stage_dirs"].split()

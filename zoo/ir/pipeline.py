@@ -116,6 +116,14 @@ def check_pipeline(name: str, formalism: str, definition: str = "paper") -> tupl
                               definition)
 
 
+def stage_directories(cfg: DictConfig, stages: tuple[Stage, ...]) -> list[Path]:
+    """Where each stage trains: apart for each IR definition, except that the zoo definition's stages, hashed before
+    there was a choice, keep those names (and are reused)."""
+    definition = cfg.get("ir_definition", "paper")
+    setting = None if definition == "zoo" else {"ir_definition": definition}
+    return [stage_directory(cfg, cfg.ir_stages_dir, stage.name, setting) for stage in stages]
+
+
 def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train the stages of ``cfg.ir`` that no earlier run trained, chain them over the test set, record one row."""
     from zoo.train import RunConfigError, git_commit, record
@@ -133,9 +141,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     transforms.fit(datamodule.train)
     (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
 
-    # the zoo definitions' stages were hashed before there was a choice: they keep those hashes (and are reused)
-    definition_setting = None if definition == "zoo" else {"ir_definition": definition}
-    stage_dirs = [stage_directory(cfg, cfg.ir_stages_dir, stage.name, definition_setting) for stage in stages]
+    stage_dirs = stage_directories(cfg, stages)
     stage_rows = [run_stage(cfg, stage.name, stage_dir, formalism="tokens",
                             rewrite=lambda split, examples, stage=stage: [stage_example(transforms, stage, e)
                                                                           for e in examples])

@@ -1,13 +1,22 @@
 """SCAN IRs of Herzig et al. 2021 (Figure 2c).
 
-* RIR (§3.2): brackets around repeated program components and around complex actions, placed by SCAN's synchronous
-  grammar (``zoo.formalisms.scan.command_to_program``: the IR is a function of the command as well). A unit of
-  several actions is bracketed (``jump opposite right`` -> ``( I_TURN_RIGHT I_TURN_RIGHT I_JUMP )``), and so is a
-  group of repetitions (``twice``, ``thrice`` and the four turns of ``around``):
-  ``turn opposite left twice`` -> ``( ( I_TURN_LEFT I_TURN_LEFT ) ( I_TURN_LEFT I_TURN_LEFT ) )``. The inverse
-  drops the brackets and checks the actions.
+* RIR (§3.2): "brackets around repeated program components (e.g., each of the two occurrences that 'turn opposite
+  left twice' maps to) and around complex actions", placed by SCAN's synchronous grammar
+  (``zoo.formalisms.scan.command_to_program``: the IR is a function of the command as well). A unit of several
+  actions is bracketed (``jump opposite right`` -> ``( I_TURN_RIGHT I_TURN_RIGHT I_JUMP )``); ``twice`` and
+  ``thrice`` bracket each occurrence and the group of them, as Figure 2c does:
+  ``turn opposite left twice`` -> ``( ( I_TURN_LEFT I_TURN_LEFT ) ( I_TURN_LEFT I_TURN_LEFT ) )``. As the paper
+  defines it (``definition="paper"``), every occurrence is bracketed, one action too (``jump twice`` ->
+  ``( ( I_JUMP ) ( I_JUMP ) )``), and the four occurrences of ``around`` are bracketed each and not grouped
+  (``walk around left`` -> ``( I_TURN_LEFT I_WALK ) ( I_TURN_LEFT I_WALK ) ...``). The zoo's earlier reading
+  (``definition="zoo"``) leaves a repeated single action unbracketed (``( I_JUMP I_JUMP )``) and groups the four
+  parts of ``around`` in one more pair of brackets. The inverse drops the brackets and checks the actions.
 * LIR (§3.3): a run of one action repeated n > 1 times, C^n, becomes C A^{n-1}, where A is the anonymous action
-  ``ACTION``: ``I_TURN_RIGHT I_TURN_RIGHT I_JUMP`` -> ``I_TURN_RIGHT ACTION I_JUMP``.
+  ``ACTION``: ``I_TURN_RIGHT I_TURN_RIGHT I_JUMP`` -> ``I_TURN_RIGHT ACTION I_JUMP``. Applied to the RIR (the
+  lir+rir pipelines), brackets stay; the paper's definition finds the runs among the actions, across brackets
+  (``( ( I_TURN_LEFT I_TURN_LEFT ) ( I_TURN_LEFT I_TURN_LEFT ) )`` ->
+  ``( ( I_TURN_LEFT ACTION ) ( ACTION ACTION ) )``, Figure 2c's ``LTURN ACTION ACTION ACTION``), the zoo's reading
+  token by token, so that a bracket ends a run.
 """
 from __future__ import annotations
 
@@ -29,17 +38,30 @@ def _group(parts: list[list[str]]) -> list[str]:
     return ["(", *(token for part in parts for token in part), ")"]
 
 
-def bracketed(tree: Any) -> list[str]:
-    """The actions of a SCAN-SP term with the RIR's brackets (the term's structure is the command's)."""
+def _occurrence(tokens: list[str]) -> list[str]:
+    """``tokens`` as one bracketed occurrence (as they are when they already form one bracketed unit)."""
+    depth = 0
+    for position, token in enumerate(tokens):
+        depth += {"(": 1, ")": -1}.get(token, 0)
+        if depth == 0:
+            return tokens if position == len(tokens) - 1 and token == ")" else ["(", *tokens, ")"]
+    return ["(", *tokens, ")"]
+
+
+def bracketed(tree: Any, paper: bool = True) -> list[str]:
+    """The actions of a SCAN-SP term with the RIR's brackets (the term's structure is the command's), under the
+    paper's definition or (``paper=False``) the zoo's earlier one."""
     head, *args = tree
     if head == "i_and":
-        return bracketed(args[0]) + bracketed(args[1])
+        return bracketed(args[0], paper) + bracketed(args[1], paper)
     if head == "i_after":  # "x after y" does y first
-        return bracketed(args[1]) + bracketed(args[0])
+        return bracketed(args[1], paper) + bracketed(args[0], paper)
     if head in _REPEATS:
-        return _group([bracketed(args[0])] * _REPEATS[head])
+        occurrence = bracketed(args[0], paper)
+        return _group([_occurrence(occurrence) if paper else occurrence] * _REPEATS[head])
     if len(args) == 2 and args[1] == "i_around":  # four turns, each with the action
-        return _group([_unit(evaluate((head, args[0])))] * 4)
+        turn = evaluate((head, args[0]))
+        return ["(", *turn, ")"] * 4 if paper else _group([_unit(turn)] * 4)
     return _unit(evaluate(tree))
 
 
@@ -52,7 +74,7 @@ class ScanRIR(IntermediateRepresentation):
             tree = parse_brackets(command_to_program(utterance), "scan_sp")
         except FormalismError as e:
             raise IRError(f"scan rir: the command does not parse: {e}") from e
-        ir = bracketed(tree)
+        ir = bracketed(tree, paper=self.definition == "paper")
         if [t for t in ir if t not in "()"] != program.split():
             raise IRError(f"scan rir: the command {utterance!r} does not denote the program {program[:80]!r}")
         return " ".join(ir)
@@ -78,7 +100,14 @@ class ScanLIR(IntermediateRepresentation):
     name, formalism, reversible = "lir", "scan", False
 
     def forward(self, program: str, utterance: str = "") -> str:
-        # token by token, so it applies to the RIR too (the lir+rir pipelines), where brackets stay
-        tokens = program.split()
-        return " ".join(ANONYMOUS_ACTION if i and token == tokens[i - 1] and token not in "()" else token
-                        for i, token in enumerate(tokens))
+        # brackets stay, so it applies to the RIR too (the lir+rir pipelines); the paper's runs continue across
+        # them, the zoo's end at them
+        out, previous = [], None
+        for token in program.split():
+            if token in "()":
+                out.append(token)
+                previous = previous if self.definition == "paper" else None
+                continue
+            out.append(ANONYMOUS_ACTION if token == previous else token)
+            previous = token
+        return " ".join(out)
