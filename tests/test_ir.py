@@ -188,6 +188,10 @@ def test_verify_cli_writes_a_row_and_fails_on_an_unknown_ir(tmp_path, capsys):
         assert main(["verify", "--ir", "rir", "--data", "geo_sql_iid", "--results", str(results)]) == 0
     assert "round-trip" in capsys.readouterr().out
     assert [row["dataset"] for row in read_rows(results)] == ["geo_sql_iid"]
+    zoo = ["--definition", "zoo"]
+    assert main(["verify", "--ir", "rir", *zoo, "--data", "geo_sql_iid", "--results", str(results)]) == 0
+    assert [(row["ir_definition"], row["dataset"]) for row in read_rows(results)] == [
+        ("paper", "geo_sql_iid"), ("zoo", "geo_sql_iid")]  # a row per definition
     assert main(["verify", "--ir", "rir", "--data", "geo_funql_iid", "--results", ""]) == 1
 
 
