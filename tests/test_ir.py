@@ -96,6 +96,41 @@ def test_sql_rir_refuses_an_alias_that_would_clash_and_a_malformed_ir():
         get_ir("rir", "sql").inverse('SELECT A0.X FROM A AS A0 WHERE A0.Y = "open')
 
 
+# a derived table (a subquery in FROM) with a derived field (a computed column), as GeoQuery's programs have them
+SQL_DERIVED = ('SELECT DERIVED_TABLEalias0.STATE_NAME FROM ( SELECT CITYalias0.STATE_NAME , COUNT( 1 ) AS '
+               'DERIVED_FIELDalias0 FROM CITY AS CITYalias0 GROUP BY CITYalias0.STATE_NAME ORDER BY '
+               'DERIVED_FIELDalias0 DESC ) AS DERIVED_TABLEalias0 WHERE DERIVED_TABLEalias0.DERIVED_FIELDalias0 > 1 ;')
+
+
+def test_sql_rir_as_the_paper_defines_it_drops_every_alias_token():
+    """§3.2 removes the ``alias`` token of every alias, derived tables' and fields' too; the zoo's reading kept
+    those."""
+    sql = get_formalism("sql")
+    paper, zoo = get_ir("rir", "sql"), get_ir("rir", "sql", "zoo")
+    assert paper.forward(SQL_DERIVED) == (
+        "SELECT DERIVED_TABLE0.STATE_NAME FROM ( SELECT CITY0.STATE_NAME , COUNT ( 1 ) AS DERIVED_FIELD0 FROM CITY "
+        "AS CITY0 GROUP BY CITY0.STATE_NAME ORDER BY DERIVED_FIELD0 DESC ) AS DERIVED_TABLE0 WHERE "
+        "DERIVED_TABLE0.DERIVED_FIELD0 > 1")
+    assert zoo.forward(SQL_DERIVED) == (
+        "SELECT DERIVED_TABLEalias0.STATE_NAME FROM ( SELECT CITY0.STATE_NAME , COUNT ( 1 ) AS DERIVED_FIELDalias0 "
+        "FROM CITY AS CITY0 GROUP BY CITY0.STATE_NAME ORDER BY DERIVED_FIELDalias0 DESC ) AS DERIVED_TABLEalias0 "
+        "WHERE DERIVED_TABLEalias0.DERIVED_FIELDalias0 > 1")
+    for rir in (paper, zoo):
+        assert sql.canonical(rir.inverse(rir.forward(SQL_DERIVED))) == sql.canonical(SQL_DERIVED)
+
+
+@pytest.mark.parametrize("program, clash", [
+    ("SELECT DERIVED_TABLEalias0.X FROM ( SELECT A.X FROM A ) AS DERIVED_TABLEalias0 , DERIVED_TABLE0 ;",
+     "DERIVED_TABLE0"),  # a table of that name
+    ("SELECT DERIVED_TABLEalias0.DERIVED_FIELD1 FROM ( SELECT A.DERIVED_FIELD1 , COUNT( 1 ) AS "
+     "DERIVED_FIELDalias1 FROM A ) AS DERIVED_TABLEalias0 ;", "DERIVED_FIELD1"),  # a column of that name
+])
+def test_sql_rir_as_the_paper_defines_it_refuses_a_derived_alias_that_would_clash(program, clash):
+    with pytest.raises(IRError, match=clash):
+        get_ir("rir", "sql").forward(program)
+    get_ir("rir", "sql", "zoo").forward(program)  # which keeps those aliases
+
+
 def test_scan_rir_on_figure_2c_brackets_complex_actions_and_repetitions():
     rir = get_ir("rir", "scan")
     command = "jump opposite right and turn opposite left twice"

@@ -2,7 +2,13 @@
 
 * RIR (§3.2): the canonical table aliases ``<TABLE>alias<N>`` lose their ``alias`` token and become
   ``<TABLE><N>`` (``AIRLINEalias0`` -> ``AIRLINE0``). The inverse reads each ``<TABLE> AS <TABLE><N>`` declaration
-  of the FROM clauses and restores the alias everywhere it is used.
+  of the FROM clauses and restores the alias everywhere it is used. As the paper defines it (``definition="paper"``)
+  every alias loses that token, derived tables' and derived fields' too (a subquery in FROM, a computed column:
+  ``( SELECT ... ) AS DERIVED_TABLEalias0`` -> ``DERIVED_TABLE0``, ``COUNT( 1 ) AS DERIVED_FIELDalias1`` ->
+  ``DERIVED_FIELD1``, also where a field names a derived table's column); the inverse reads their ``AS``
+  declarations likewise. The zoo's earlier reading (``definition="zoo"``) leaves those two kinds of alias as they
+  are. Under both, a short name that already names something else in the query is refused, as the inverse could
+  not tell the two apart.
 * LIR (§3.3): only what utterances tend to name stays. Every FROM clause becomes ``FROM alias``, every
   ``<alias>.<COLUMN>`` becomes ``table.<COLUMN>``, and join-only conditions (a column equal to a column) are
   dropped with their ``AND``: ``SELECT DISTINCT table.AIRLINE_CODE FROM alias WHERE table.AIRPORT_CODE = "SFO"``.
@@ -17,6 +23,9 @@ from zoo.ir import IntermediateRepresentation, IRError, register_ir
 
 _SQL = SQL()
 _ALIAS = re.compile(r"(?P<table>[A-Za-z_][A-Za-z0-9_]*)alias(?P<n>\d+)")
+# aliases of a subquery in FROM and of a computed column: ``DERIVED_TABLEalias0``, ``DERIVED_FIELDalias1``
+_DERIVED = ("DERIVED_TABLE", "DERIVED_FIELD")
+_DERIVED_SHORT = re.compile(rf"(?P<table>{'|'.join(_DERIVED)})(?P<n>\d+)")  # their names in the paper's RIR
 # what ends a FROM clause's table list
 _AFTER_FROM = {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "UNION", "INTERSECT", "EXCEPT", ")", ";"}
 
@@ -34,13 +43,23 @@ def _declarations(tokens: list[str]) -> list[tuple[str, str]]:
     return [(tokens[i - 1], tokens[i + 1]) for i in range(1, len(tokens) - 1) if tokens[i].upper() == "AS"]
 
 
-def _rename(tokens: list[str], names: dict[str, str]) -> list[str]:
-    """Each name token ``a`` or ``a.column`` with ``a`` in ``names`` renamed; literals untouched."""
+def _rename(tokens: list[str], names: dict[str, str], columns: bool = False) -> list[str]:
+    """Each name token ``a`` or ``a.b`` with ``a`` in ``names`` renamed, and with ``columns`` ``b`` too (a derived
+    field names a derived table's column); literals untouched."""
     renamed = []
     for token in tokens:
         head, dot, rest = token.partition(".")
-        renamed.append(token if _is_literal(token) or head not in names else names[head] + dot + rest)
+        if _is_literal(token):
+            renamed.append(token)
+        else:
+            renamed.append(names.get(head, head) + dot + (names.get(rest, rest) if columns else rest))
     return renamed
+
+
+def _names(tokens: list[str], columns: bool = False) -> set[str]:
+    """The names ``_rename`` would look at: the ``a`` of every ``a`` or ``a.b``, with ``columns`` the ``b`` too."""
+    heads = {token.partition(".")[0] for token in tokens if not _is_literal(token)}
+    return heads | ({token.partition(".")[2] for token in tokens if not _is_literal(token)} if columns else set())
 
 
 def _values_masked(text: str) -> str:
@@ -57,25 +76,27 @@ class SqlRIR(IntermediateRepresentation):
     name, formalism, reversible = "rir", "sql", True
 
     def forward(self, program: str, utterance: str = "") -> str:
-        tokens = _tokens(program)
+        tokens, paper = _tokens(program), self.definition == "paper"
         names = {}
         for table, alias in _declarations(tokens):
             match = _ALIAS.fullmatch(alias)
-            if match and match["table"] == table:
-                names[alias] = table + match["n"]
-        taken = {token.partition(".")[0] for token in tokens if not _is_literal(token)} - set(names)
-        clashes = sorted(taken & set(names.values()))
+            if match and (match["table"] == table or (paper and match["table"] in _DERIVED)):
+                names[alias] = match["table"] + match["n"]
+        clashes = sorted((_names(tokens, columns=paper) - set(names)) & set(names.values()))
         if clashes:
             raise IRError(f"sql rir: {', '.join(clashes)} already names something else in {program[:120]!r}")
-        return " ".join(_rename(tokens, names))
+        return " ".join(_rename(tokens, names, columns=paper))
 
     def inverse(self, ir: str, utterance: str = "") -> str:
-        tokens = _tokens(ir)
+        tokens, paper = _tokens(ir), self.definition == "paper"
         names = {}
         for table, alias in _declarations(tokens):
-            if alias.startswith(table) and alias[len(table):].isdigit():
+            derived = _DERIVED_SHORT.fullmatch(alias) if paper else None
+            if derived:
+                names[alias] = f"{derived['table']}alias{derived['n']}"
+            elif alias.startswith(table) and alias[len(table):].isdigit():
                 names[alias] = f"{table}alias{alias[len(table):]}"
-        return " ".join(_rename(tokens, names)) + " ;"
+        return " ".join(_rename(tokens, names, columns=paper)) + " ;"
 
     def structure(self, ir: str) -> str:
         return _values_masked(ir)
