@@ -131,6 +131,35 @@ def test_sql_rir_as_the_paper_defines_it_refuses_a_derived_alias_that_would_clas
     get_ir("rir", "sql", "zoo").forward(program)  # which keeps those aliases
 
 
+@pytest.mark.parametrize("where, kept", [
+    ('( A0.K = B0.K ) AND ( A0.J = B0.J ) AND B0.Y = "v"', ' WHERE table.Y = "v"'),  # GeoQuery's
+    ('( B0.Y = "v" ) AND ( A0.K = B0.K )', ' WHERE ( table.Y = "v" )'),
+    ('( A0.K = B0.K AND A0.J = B0.J ) AND B0.Y = "v"', ' WHERE table.Y = "v"'),
+    ('B0.Y = "v" AND ( ( A0.K = B0.K ) )', ' WHERE table.Y = "v"'),
+    ('( A0.K = B0.K )', ''),
+    ('B0.Y = "v" AND NOT ( A0.K = B0.K )', ' WHERE table.Y = "v"'),
+    ('A0.K = B0.K OR B0.Y = "v"', ' WHERE table.Y = "v"'),
+    ('( B0.Y = "v" ) OR A0.K = B0.K AND B0.Z = "w"', ' WHERE ( table.Y = "v" ) OR table.Z = "w"'),  # ATIS's
+    ('B0.Y >= YEAR( CURDATE( ) ) AND ( A0.K = B0.K )', ' WHERE table.Y >= YEAR ( CURDATE ( ) )'),  # a call's stay
+])
+def test_sql_lir_drops_a_bracketed_join_condition_with_its_brackets(where, kept):
+    for definition in ("paper", "zoo"):
+        lir = get_ir("lir", "sql", definition)
+        assert lir.forward(f"SELECT A0.X FROM A AS A0 , B AS B0 WHERE {where} ;") == f"SELECT table.X FROM alias{kept}"
+
+
+def test_sql_lir_masks_the_name_of_a_derived_table_as_those_of_the_from_clause():
+    """A derived table's ``AS DERIVED_TABLEalias0`` (``AS DERIVED_TABLE0`` in the RIR) names a table: it goes as
+    the FROM clause's tables do. A derived field is a column and stays."""
+    lir = ("SELECT table.STATE_NAME FROM ( SELECT table.STATE_NAME , COUNT ( 1 ) AS DERIVED_FIELDalias0 FROM alias "
+           "GROUP BY table.STATE_NAME ORDER BY DERIVED_FIELDalias0 DESC ) WHERE table.DERIVED_FIELDalias0 > 1")
+    for definition in ("paper", "zoo"):
+        rir, lossy = get_ir("rir", "sql", definition), get_ir("lir", "sql", definition)
+        assert lossy.forward(SQL_DERIVED) == lir
+        expected = lir.replace("DERIVED_FIELDalias0", "DERIVED_FIELD0") if definition == "paper" else lir
+        assert lossy.forward(rir.forward(SQL_DERIVED)) == expected
+
+
 def test_scan_rir_on_figure_2c_brackets_complex_actions_and_repetitions():
     rir = get_ir("rir", "scan")
     command = "jump opposite right and turn opposite left twice"

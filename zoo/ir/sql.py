@@ -9,9 +9,12 @@
   declarations likewise. The zoo's earlier reading (``definition="zoo"``) leaves those two kinds of alias as they
   are. Under both, a short name that already names something else in the query is refused, as the inverse could
   not tell the two apart.
-* LIR (§3.3): only what utterances tend to name stays. Every FROM clause becomes ``FROM alias``, every
+* LIR (§3.3: "we omit the FROM clause, mask table names, and omit conditions that are only relevant for joining
+  tables"), the same under both definitions: only what utterances tend to name stays. Every FROM clause becomes
+  ``FROM alias``, a derived table loses its ``AS DERIVED_TABLE...`` name as the FROM clause's tables do, every
   ``<alias>.<COLUMN>`` becomes ``table.<COLUMN>``, and join-only conditions (a column equal to a column) are
-  dropped with their ``AND``: ``SELECT DISTINCT table.AIRLINE_CODE FROM alias WHERE table.AIRPORT_CODE = "SFO"``.
+  dropped with the brackets (and ``NOT``) that held only them and one ``AND``/``OR`` beside them, a WHERE or
+  HAVING left empty too: ``SELECT DISTINCT table.AIRLINE_CODE FROM alias WHERE table.AIRPORT_CODE = "SFO"``.
 """
 from __future__ import annotations
 
@@ -26,6 +29,10 @@ _ALIAS = re.compile(r"(?P<table>[A-Za-z_][A-Za-z0-9_]*)alias(?P<n>\d+)")
 # aliases of a subquery in FROM and of a computed column: ``DERIVED_TABLEalias0``, ``DERIVED_FIELDalias1``
 _DERIVED = ("DERIVED_TABLE", "DERIVED_FIELD")
 _DERIVED_SHORT = re.compile(rf"(?P<table>{'|'.join(_DERIVED)})(?P<n>\d+)")  # their names in the paper's RIR
+_DERIVED_TABLE = re.compile(r"DERIVED_TABLE(?:alias)?\d+")  # in a program or its RIR
+# the tokens before a bracket that holds a condition, not a function call's arguments or a subquery
+_CONDITION_BEFORE = {"WHERE", "HAVING", "ON", "AND", "OR", "NOT", "("}
+_CONNECTIVES = ("AND", "OR")  # binding tightest first
 # what ends a FROM clause's table list
 _AFTER_FROM = {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "UNION", "INTERSECT", "EXCEPT", ")", ";"}
 
@@ -116,6 +123,9 @@ class SqlLIR(IntermediateRepresentation):
                 while i < len(tokens) and tokens[i].upper() not in _AFTER_FROM:
                     i += 1
                 continue
+            if token.upper() == "AS" and i + 1 < len(tokens) and _DERIVED_TABLE.fullmatch(tokens[i + 1]):
+                i += 2  # a derived table's name, masked as the FROM clause's are
+                continue
             out.append("table." + token.partition(".")[2] if _is_column(token) else token)
             i += 1
         return " ".join(_drop_join_conditions(out))
@@ -125,19 +135,31 @@ class SqlLIR(IntermediateRepresentation):
 
 
 def _drop_join_conditions(tokens: list[str]) -> list[str]:
-    """Remove every ``column = column`` condition with one ``AND`` beside it; a WHERE left empty goes too."""
+    """Remove every ``column = column`` condition, the brackets that held only it and one ``AND``/``OR`` beside it;
+    a WHERE or HAVING left empty goes too."""
     tokens = list(tokens)
     i = 1
     while i < len(tokens) - 1:
         if tokens[i] == "=" and _is_column(tokens[i - 1]) and _is_column(tokens[i + 1]):
             start, end = i - 1, i + 2
-            if start > 0 and tokens[start - 1].upper() == "AND":
-                start -= 1
-            elif end < len(tokens) and tokens[end].upper() == "AND":
-                end += 1
+            while True:  # widen to the NOT and the brackets that hold only this condition
+                if start > 0 and tokens[start - 1].upper() == "NOT":
+                    start -= 1
+                elif (start > 0 and end < len(tokens) and tokens[start - 1] == "(" and tokens[end] == ")"
+                      and (start == 1 or tokens[start - 2].upper() in _CONDITION_BEFORE)):
+                    start, end = start - 1, end + 1
+                else:
+                    break
+            for connective in _CONNECTIVES:  # AND first: ``x OR join AND y`` keeps its OR
+                if start > 0 and tokens[start - 1].upper() == connective:
+                    start -= 1
+                    break
+                if end < len(tokens) and tokens[end].upper() == connective:
+                    end += 1
+                    break
             del tokens[start:end]
             i = max(start, 1)
             continue
         i += 1
-    return [t for j, t in enumerate(tokens)
-            if not (t.upper() == "WHERE" and (j + 1 == len(tokens) or tokens[j + 1].upper() in _AFTER_FROM))]
+    return [t for j, t in enumerate(tokens) if not (t.upper() in ("WHERE", "HAVING")
+                                                    and (j + 1 == len(tokens) or tokens[j + 1].upper() in _AFTER_FROM))]
