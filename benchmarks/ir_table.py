@@ -7,7 +7,9 @@ are datasets, columns the pipelines (``baseline`` is ``ir=none``); a cell is the
 averaged over seeds ± their standard deviation, with the number of seeds, a mark for runs that had not converged,
 the training minutes (all stages of a pipeline; shared stages counted in each pipeline that uses them) and the
 training examples per second. A run on subsamples
-(variant ``rir-train20000-eval2000``) is a row of its own, ``cfq_mcd1 (train20000-eval2000)``.
+(variant ``rir-train20000-eval2000``) is a row of its own, ``cfq_mcd1 (train20000-eval2000)``. The pipelines of
+each IR definition (``ir_definition``, zoo/ir/__init__.py: ``paper`` or ``zoo``; a row from before the option is
+``zoo``) get a table of their own, beside the same baseline and GraphQ runs, which no definition changes.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, fraction, read
                          runs_file)
 
 PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir", "graphq")
+DEFINED = ("rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir")  # the pipelines an IR definition changes
 CELL = ("Cell: exact match, mean over seeds (n = seeds) · training minutes of all stages · training examples/s. "
         "`(trainN-evalM)`: the first N training and M dev and test examples; `(sampleN)`: a random N training "
         "examples. Hardware per row is in runs.csv. Convergence (validation exact match rose by less than 1 point "
@@ -48,27 +51,38 @@ def method_tables(runs: pd.DataFrame, methods: Sequence[str], header: list[str])
     runs = runs[runs["pipeline"].isin(methods)]
     runs["data"] = [f"{data} ({split_variant(v)[1]})" if split_variant(v)[1] else data
                     for data, v in zip(runs["data"], runs["variant"].astype(str))]
+    recorded = runs["ir_definition"] if "ir_definition" in runs else pd.Series("", index=runs.index)
+    runs["definition"] = [(d if isinstance(d, str) and d else "zoo") if pipeline in DEFINED else ""
+                          for d, pipeline in zip(recorded, runs["pipeline"])]
     out = [*header, ""]
-    for (backbone, protocol), part in runs.groupby(["backbone", "protocol"]):
-        variants = sorted(part["pipeline"].unique(), key=methods.index)
-        out += [f"## {backbone}, protocol {protocol or '(none)'}", "", "| data | " + " | ".join(variants) + " |",
-                "|---|" + "---|" * len(variants)]
-        for data, rows in part.groupby("data"):
-            cells = []
-            for variant in variants:
-                runs_of = rows[rows["pipeline"] == variant]
-                if runs_of.empty:
-                    cells.append("")
-                    continue
-                em = 100 * runs_of["test_exact_match"].astype(float)
-                minutes = runs_of["train_seconds"].astype(float).mean() / 60
-                speed = runs_of["train_examples_per_s"].astype(float).mean()
-                spread = f" ± {em.std():.1f}" if len(em) > 1 else ""
-                cells.append(f"**{em.mean():.1f}**{spread} (n={len(em)}){convergence_mark(runs_of)} · "
-                             f"{minutes:.1f} min · {speed:.0f}/s")
-            out.append(f"| {data} | " + " | ".join(cells) + " |")
-        out.append("")
+    for (backbone, protocol), group in runs.groupby(["backbone", "protocol"]):
+        for definition in sorted(set(group["definition"]) - {""}) or [""]:
+            part = group[group["definition"].isin({definition, ""})]
+            title = f"## {backbone}, protocol {protocol or '(none)'}" + (
+                f", IR definitions: {definition}" if definition else "")
+            out += _table(part, sorted(part["pipeline"].unique(), key=methods.index), title)
     return "\n".join(out)
+
+
+def _table(part: pd.DataFrame, variants: list[str], title: str) -> list[str]:
+    """The markdown lines of one table: a row per dataset, a column per variant."""
+    out = [title, "", "| data | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    for data, rows in part.groupby("data"):
+        cells = []
+        for variant in variants:
+            runs_of = rows[rows["pipeline"] == variant]
+            if runs_of.empty:
+                cells.append("")
+                continue
+            em = 100 * runs_of["test_exact_match"].astype(float)
+            minutes = runs_of["train_seconds"].astype(float).mean() / 60
+            speed = runs_of["train_examples_per_s"].astype(float).mean()
+            spread = f" ± {em.std():.1f}" if len(em) > 1 else ""
+            cells.append(f"**{em.mean():.1f}**{spread} (n={len(em)}){convergence_mark(runs_of)} · "
+                         f"{minutes:.1f} min · {speed:.0f}/s")
+        out.append(f"| {data} | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
 
 
 def read_runs(path: Path) -> pd.DataFrame:
