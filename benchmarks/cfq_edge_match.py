@@ -30,7 +30,6 @@ predictions file no longer matches its row's exact match (the directory was reus
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -40,8 +39,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo.formalisms import FormalismError, get_formalism  # noqa: E402
 from zoo.formalisms.sparql import TYPE_RELATION, SparqlQuery, emr_view  # noqa: E402
-from zoo.results import (RUN_KEYS, ResultsFileError, fraction, path_from_row, read_rows, results_table,  # noqa: E402
-                         runs_file, write_rows)
+from zoo.results import (RUN_KEYS, ResultsFileError, fraction, path_from_row, read_predictions,  # noqa: E402
+                         read_rows, results_table, runs_file, write_rows)
 
 NODE = re.compile(r"M\d+|\?x\d+")  # anonymised entities and variables; not constants such as m_05zppz
 TOLERANCE = 1e-4  # a predictions file must reproduce its row's exact match to this precision
@@ -94,26 +93,17 @@ def rescore(predictions: Path) -> dict[str, float | int]:
     wrong in each of ``PARTS``."""
     n = exact = edge = emr_correct = 0
     wrong = dict.fromkeys(PARTS, 0)
-    with predictions.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            try:
-                record = json.loads(line)
-                gold, prediction, correct = record["gold"], record["prediction"], record["correct"]
-                utterance = record["utterance"]
-            except (json.JSONDecodeError, KeyError) as e:
-                raise ValueError(f"{predictions}:{line_number}: expected a JSON object with utterance, gold, "
-                                 f"prediction and correct ({e})") from None
-            n += 1
-            exact += bool(correct)
-            predicted = edges(prediction)
-            edge += predicted is not None and predicted == edges(gold)
-            predicted = emr(prediction, utterance)
-            emr_correct += predicted is not None and predicted == emr(gold, utterance)
-            if not correct:
-                for part in differences(prediction, gold):
-                    wrong[part] += 1
-    if n == 0:
-        raise ValueError(f"{predictions}: no predictions")
+    for record in read_predictions(predictions):
+        gold, prediction, correct, utterance = (record[key] for key in ("gold", "prediction", "correct", "utterance"))
+        n += 1
+        exact += correct
+        predicted = edges(prediction)
+        edge += predicted is not None and predicted == edges(gold)
+        predicted = emr(prediction, utterance)
+        emr_correct += predicted is not None and predicted == emr(gold, utterance)
+        if not correct:
+            for part in differences(prediction, gold):
+                wrong[part] += 1
     return {"n_test": n, "test_exact_match": exact / n, "test_edge_exact_match": edge / n, "test_emr": emr_correct / n,
             **{f"wrong_{part}": wrong[part] / n for part in PARTS}}
 
@@ -143,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         if not predictions.exists():
             print(f"skip {row['run_dir']}: no predictions.jsonl", file=sys.stderr)
             continue
-        scores = rescore(predictions)
+        try:
+            scores = rescore(predictions)
+        except ResultsFileError as e:
+            print(e, file=sys.stderr)
+            return 1
         if abs(scores["test_exact_match"] - exact_match) > TOLERANCE:
             print(f"skip {row['run_dir']}: its predictions give exact match {scores['test_exact_match']:.4f}, "
                   f"its row {exact_match:.4f} (the directory was reused)", file=sys.stderr)

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -32,8 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ir_table import CELL, method_tables, read_runs  # noqa: E402
 from zoo import split_variant  # noqa: E402
-from zoo.results import (ResultsFileError, atomic_path, path_from_row, read_rows, results_table,  # noqa: E402
-                         runs_file, write_rows)
+from zoo.results import (ResultsFileError, atomic_path, path_from_row, read_predictions, read_rows,  # noqa: E402
+                         results_table, runs_file, write_rows)
 
 ALPHA = "gandr-k4-a"
 # template_recall.csv: columns every row fills (python -m zoo.retrieval recall leaves alpha and seed empty, and
@@ -76,7 +75,7 @@ def copying(runs: pd.DataFrame) -> list[dict]:
         path = path_from_row(str(run.run_dir)) / "predictions.jsonl"
         if not path.is_file():
             continue
-        predictions = [json.loads(line) for line in path.read_text().splitlines()]
+        predictions = read_predictions(path)
         hit = [p["gold"] in exemplar_programs(p["utterance"]) for p in predictions]
         rows.append({"variant": run.variant, "backbone": run.backbone, "data": run.data, "seed": run.seed,
                      "protocol": run.protocol, "n_test": len(predictions), "gold_in_exemplars": sum(hit),
@@ -159,7 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         f"Columns: no retrieval, input TF-IDF, GandR (k exemplars, alpha = weight of output similarity). {CELL}"])
     if args.recall.is_file():
         text += "\n" + "\n".join(recall_table(pd.read_csv(args.recall, dtype={"subsample": str})))
-    copied = copying(runs)
+    try:
+        copied = copying(runs)
+    except ResultsFileError as e:  # a damaged predictions.jsonl
+        sys.exit(f"error: {e}")
     if copied:
         write_rows(args.copying, copied)
         text += "\n" + "\n".join(copying_table(copied))

@@ -92,3 +92,20 @@ def test_main_finds_run_dirs_relative_to_the_repository_and_names_a_damaged_tabl
     runs.write_text(header + "ggd,ggd,b,cfq_mcd1,1,abc\n")
     assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 1
     assert capsys.readouterr().err == f"{runs}:2: 6 cells for the 8 columns of the header\n"
+
+
+def test_main_names_a_damaged_predictions_file_in_one_line(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    good = json.dumps({"utterance": "q", "gold": GOLD, "prediction": GOLD, "correct": True})
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,variant,backbone,data,seed,git_commit,run_dir,test_exact_match\n"
+                    f"ggd,ggd,b,cfq_mcd1,1,abc,{run_dir},1.0\n")
+    for content, problem in ((good + "\n{not json\n", ":2:2: not JSON"),
+                             (good + '\n{"utterance": "q", "gold": "x"}\n', ":2: no field 'prediction'"),
+                             ("", ": no predictions")):
+        (run_dir / "predictions.jsonl").write_text(content)
+        assert cfq_edge_match.main(["--runs", str(runs), "--out", str(tmp_path / "edges.csv")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"{run_dir / 'predictions.jsonl'}{problem}") and err.count("\n") == 1
+    assert not (tmp_path / "edges.csv").exists()

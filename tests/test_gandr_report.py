@@ -26,9 +26,12 @@ def test_report_tables_and_alpha_plot(tmp_path):
                 "protocol": "gandr_cpu_short", "test_exact_match": em, "train_seconds": 60,
                 "train_examples_per_s": 10, "run_dir": str(tmp_path / variant / data / str(seed)), "converged": "True"}
 
-    predictions = [{"utterance": "q || a & SELECT 1 ; || b & SELECT 2 ;", "gold": "SELECT 2 ;", "correct": True},
-                   {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 3 ;", "correct": True},
-                   {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 4 ;", "correct": False}]
+    def prediction(utterance, gold, predicted):
+        return {"utterance": utterance, "gold": gold, "prediction": predicted, "correct": predicted == gold}
+
+    predictions = [prediction("q || a & SELECT 1 ; || b & SELECT 2 ;", "SELECT 2 ;", "SELECT 2 ;"),
+                   prediction("q || a & SELECT 1 ;", "SELECT 3 ;", "SELECT 3 ;"),
+                   prediction("q || a & SELECT 1 ;", "SELECT 4 ;", "SELECT 1 ;")]
     (tmp_path / "input_tfidf-k4" / "geo_sql_iid" / "1").mkdir(parents=True)
     (tmp_path / "input_tfidf-k4" / "geo_sql_iid" / "1" / "predictions.jsonl").write_text(
         "\n".join(json.dumps(p) for p in predictions) + "\n")
@@ -66,7 +69,8 @@ def test_run_dirs_relative_to_the_repository_and_a_recall_table_without_hybrid(t
     monkeypatch.setattr(zoo.results, "REPO_ROOT", tmp_path)  # as if tmp_path were the checkout
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "predictions.jsonl").write_text(
-        json.dumps({"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 1 ;", "correct": True}) + "\n")
+        json.dumps({"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 1 ;", "prediction": "SELECT 1 ;",
+                    "correct": True}) + "\n")
     write_csv(tmp_path / "runs.csv", [{"model": "seq2seq", "variant": "input_tfidf-k4", "backbone": "t5",
                                        "data": "geo_sql_iid", "seed": 1, "test_exact_match": 1.0,
                                        "train_seconds": 60, "train_examples_per_s": 10, "run_dir": "runs/a"}])
@@ -113,3 +117,47 @@ def test_tables_follow_zoo_results(tmp_path, monkeypatch):
     write_csv(tmp_path / "runs.csv", [rir, {**rir, "variant": "input_tfidf-k4"}])
     gandr_report.main([])
     assert (tmp_path / "gandr_table.md").is_file() and not repo.exists()
+
+
+@pytest.mark.parametrize("content, where, problem", [
+    ('{"utterance": "q", "gold": "g", "prediction": "g", "correct": true}\n{"utterance": "q", "gold\n', ":2:",
+     "not JSON"),
+    ('{"utterance": "q", "gold": "g", "prediction": "g"}\n', ":1:", "no field 'correct'"),
+    ('{"utterance": "q", "gold": "g", "prediction": "g", "correct": "False"}\n', ":1:",
+     "field 'correct' is of type string, not boolean"),
+    ('["q", "g", "g", true]\n', ":1:", "a JSON array, not an object"),
+    ("", ": ", "no predictions"),
+])
+def test_a_damaged_predictions_file_is_one_line(tmp_path, content, where, problem):
+    """Not a traceback, and not a run whose damaged predictions count as fewer or wrong ones."""
+    run_dir = tmp_path / "runs" / "a"
+    run_dir.mkdir(parents=True)
+    (run_dir / "predictions.jsonl").write_text(content)
+    write_csv(tmp_path / "runs.csv", [{"model": "seq2seq", "variant": "input_tfidf-k4", "backbone": "t5",
+                                       "data": "geo_sql_iid", "seed": 1, "test_exact_match": 1.0,
+                                       "train_seconds": 60, "train_examples_per_s": 10, "run_dir": str(run_dir)}])
+    out = tmp_path / "gandr.md"
+    with pytest.raises(SystemExit) as error:
+        gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
+                           "--out", str(out), "--plot", str(tmp_path / "alpha.png"),
+                           "--copying", str(tmp_path / "copying.csv")])
+    message = error.value.code
+    assert message.startswith(f"error: {run_dir / 'predictions.jsonl'}{where}") and problem in message
+    assert "expected one JSON object per line with utterance, gold, prediction, correct" in message
+    assert "\n" not in message and not out.exists()
+
+
+def test_predictions_with_unicode_line_separators_are_one_row_each(tmp_path):
+    """write_jsonl keeps U+2028 unescaped; str.splitlines would cut the row there."""
+    from zoo.results import write_jsonl
+
+    write_jsonl(tmp_path / "predictions.jsonl", [{"utterance": "q\u2028 || a & SELECT 1 ;", "gold": "SELECT 1 ;",
+                                                   "prediction": "SELECT 1 ;", "correct": True}])
+    write_csv(tmp_path / "runs.csv", [{"model": "seq2seq", "variant": "input_tfidf-k4", "backbone": "t5",
+                                       "data": "geo_sql_iid", "seed": 1, "test_exact_match": 1.0,
+                                       "train_seconds": 60, "train_examples_per_s": 10, "run_dir": str(tmp_path)}])
+    out = tmp_path / "gandr.md"
+    gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
+                       "--out", str(out), "--plot", str(tmp_path / "alpha.png"),
+                       "--copying", str(tmp_path / "copying.csv")])
+    assert "| geo_sql_iid | input_tfidf-k4 | t5 | 1 | 1 / 1 | 1 / 1 | 0 / 0 |" in out.read_text()

@@ -271,6 +271,41 @@ def _cell(value: Any) -> Any:
     return f"{value:.6g}" if isinstance(value, float) else value
 
 
+# The fields of every row of a run's predictions.jsonl (zoo.parser's test_step), and their types.
+PREDICTION_FIELDS = {"utterance": str, "gold": str, "prediction": str, "correct": bool}
+_JSON_KINDS = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
+
+
+def read_predictions(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``predictions.jsonl``, each a JSON object with ``PREDICTION_FIELDS``. A line that is not
+    one, or a file without rows, is a ``ResultsFileError`` naming the file and the line: a report would otherwise
+    stop in a traceback, or count a damaged run as a smaller one."""
+    path = Path(path)
+    expected = f"expected one JSON object per line with {', '.join(PREDICTION_FIELDS)}"
+    rows = []
+    # split at line feeds alone: write_jsonl keeps U+2028 and its kin unescaped, and str.splitlines splits at them
+    for number, line in enumerate(_utf8_text(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ResultsFileError(f"{path}:{number}:{error.colno}: not JSON ({error.msg}); {expected}") from None
+        if not isinstance(row, dict):
+            raise ResultsFileError(f"{path}:{number}: a JSON {_JSON_KINDS[type(row)]}, not an object; {expected}")
+        for field, kind in PREDICTION_FIELDS.items():
+            if field not in row:
+                raise ResultsFileError(f"{path}:{number}: no field {field!r}; {expected}")
+            if not isinstance(row[field], kind):
+                raise ResultsFileError(f"{path}:{number}: field {field!r} is of type {_JSON_KINDS[type(row[field])]}"
+                                       f", not {_JSON_KINDS[kind]}; {expected}")
+        rows.append(row)
+    if not rows:
+        raise ResultsFileError(f"{path}: no predictions; {expected}")
+    return rows
+
+
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     with _atomic_writer(Path(path)) as handle:
         for record in records:

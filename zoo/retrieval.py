@@ -49,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from zoo.formalisms import Formalism, FormalismError, get_formalism
-from zoo.results import append_row, atomic_path, write_jsonl
+from zoo.results import append_row, atomic_path, read_predictions, write_jsonl
 from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
                         stage_directory)
 from zoo.types import Example
@@ -287,7 +287,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         stage_dirs.append(stage2_dir)
         test_seconds = seconds + len(test) / max(float(stage_rows[-1]["test_examples_per_s"]), 1e-9)
 
-    predictions = [json.loads(line) for line in (stage_dirs[-1] / "predictions.jsonl").read_text().splitlines()]
+    predictions = read_predictions(stage_dirs[-1] / "predictions.jsonl")
     for row, guess in zip(predictions, preliminary["test"] if preliminary else ()):
         row["preliminary"] = guess
     write_jsonl(run_dir / "predictions.jsonl", predictions)
