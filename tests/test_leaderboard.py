@@ -100,6 +100,14 @@ def test_malformed_row_reported_with_line_number_and_rerun_replaces_seed(tmp_pat
     assert (board["seeds"].tolist(), board["mean"].tolist()) == ([1], [70.0])  # the later seed-1 row wins
 
 
+
+def test_a_seed_written_as_a_float_is_the_same_seed(tmp_path):
+    """A table saved by pandas, whose seed column had a blank, spells seed 1 "1.0": a re-run is still a re-run."""
+    runs = write_runs(tmp_path / "runs.csv", [run("seq2seq", "baseline", "lstm", "scan_length", "1.0", "0.5"),
+                                              run("seq2seq", "baseline", "lstm", "scan_length", "1", "0.7")])
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    assert (board["seeds"].tolist(), board["mean"].tolist()) == ([1], [70.0])
+
 def one_line_error(runs, capsys, tmp_path):
     """leaderboard.main on ``runs``: exit 1, nothing written, and the message on stderr, one line."""
     out = tmp_path / "out"

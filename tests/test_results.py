@@ -108,3 +108,14 @@ def test_results_tables_follow_zoo_results(tmp_path, monkeypatch):
     monkeypatch.setenv("ZOO_RESULTS", str(tmp_path / "scratch" / "runs.csv"))
     assert results.runs_file() == tmp_path / "scratch" / "runs.csv"
     assert results.results_table("formalisms.csv") == tmp_path / "scratch" / "formalisms.csv"
+
+
+def test_a_seed_has_one_spelling(tmp_path):
+    """"1.0" (a seed column that pandas read as floats, for a blank among it) is seed "1": a row appended for seed 1
+    replaces it, as the rows of a re-run do."""
+    table = tmp_path / "recall.csv"
+    table.write_text("data,seed,recall\ngeo,1.0,0.5\ngeo,2,0.6\ngeo,,0.7\ngeo, 3.5,0.8\n")
+    assert [row["seed"] for row in read_rows(table)] == ["1", "2", "", " 3.5"]
+    append_row(table, {"data": "geo", "seed": 1, "recall": 0.9}, replacing=("data", "seed"))
+    assert [(row["seed"], row["recall"]) for row in read_rows(table)] == [("2", "0.6"), ("", "0.7"), (" 3.5", "0.8"),
+                                                                          ("1", "0.9")]

@@ -90,8 +90,8 @@ def _atomic_writer(path: Path) -> Iterator[Any]:
 
 def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
     """The rows of the table at ``path`` (none when there is no file), each column of ``required`` present and
-    filled in every row. A table that cannot be read whole is a ``ResultsFileError``: a reader would otherwise
-    average the wrong cells, and a writer drop rows."""
+    filled in every row, a ``seed`` in one spelling (``_one_spelling``). A table that cannot be read whole is a
+    ``ResultsFileError``: a reader would otherwise average the wrong cells, and a writer drop rows."""
     path = Path(path)
     if not path.exists():
         return []
@@ -110,6 +110,8 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
                 raise ResultsFileError(_misfit(path, lines, first, reader.line_num, len(cells), header))
             else:
                 rows.append(row := Row(zip(header, cells), first))
+                if "seed" in row:
+                    row["seed"] = _one_spelling(row["seed"])
                 for column in required:
                     if not row[column].strip():
                         raise cell_error(path, row, column, "is empty")
@@ -121,6 +123,16 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
         raise ResultsFileError(_quote_problem(path, lines, start, header or [], consequence)
                                or f"{path}:{reader.line_num}: {error}") from None
     return rows
+
+
+def _one_spelling(seed: str) -> str:
+    """A seed as its run wrote it: "1.0", as pandas saves seed 1 when the column has a blank (a column of floats),
+    is "1", so that readers that group or replace rows by seed take the two for one seed; any other cell stays."""
+    try:
+        value = float(seed)
+    except ValueError:
+        return seed
+    return str(int(value)) if value.is_integer() else seed
 
 
 def check_appendable(*paths: str | Path | None) -> None:
