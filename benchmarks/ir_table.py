@@ -87,13 +87,18 @@ def _table(part: pd.DataFrame, variants: list[str], title: str) -> list[str]:
 
 def read_runs(path: Path) -> pd.DataFrame:
     """The runs table as a frame, once ``zoo.results.read_rows`` has read it whole: a row that does not fit, a
-    missing key column or an exact match that is not a fraction is a ResultsFileError, not a NaN in a cell."""
+    missing key column or an exact match that is not a fraction is a ResultsFileError, not a NaN in a cell. A run
+    launched again for the same seed and IR definition keeps only its newest row (runs.csv is append-only), as in
+    the leaderboard: otherwise it would count as one more seed."""
     rows = read_rows(path, required=(*RUN_KEYS, "test_exact_match"))
     if not rows:
         raise ResultsFileError(f"{path}: no runs (benchmarks/run.py appends one per finished run)")
     for row in rows:
         fraction(path, row, "test_exact_match")
-    return pd.read_csv(path, dtype={"variant": str})
+    newest = {(*(row.get(key, "") for key in (*RUN_KEYS, "protocol")), row.get("ir_definition") or "zoo"): i
+              for i, row in enumerate(rows)}  # (no ir_definition: a row from before the option, the zoo's)
+    frame = pd.read_csv(path, dtype={"variant": str})  # the same records as ``rows``, in order
+    return frame.iloc[sorted(newest.values())]
 
 
 def convergence_mark(runs: pd.DataFrame) -> str:
