@@ -119,3 +119,30 @@ def test_a_seed_has_one_spelling(tmp_path):
     append_row(table, {"data": "geo", "seed": 1, "recall": 0.9}, replacing=("data", "seed"))
     assert [(row["seed"], row["recall"]) for row in read_rows(table)] == [("2", "0.6"), ("", "0.7"), (" 3.5", "0.8"),
                                                                           ("1", "0.9")]
+
+
+
+def test_a_variable_set_but_empty_is_unset_for_runs_and_readers_alike(tmp_path, monkeypatch):
+    """``ZOO_RESULTS= python benchmarks/run.py ...`` appended its row inside the run directory while every reader
+    (leaderboard, ir_table, python -m zoo.*) read results/runs.csv; ``ZOO_RUNS=`` put run directories under /."""
+    from hydra import compose, initialize_config_dir
+
+    from conftest import REPO
+    from zoo.train import results_path
+
+    def composed():
+        with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+            return compose("run", overrides=["model=seq2seq", "data=scan_simple", "retrieval=gandr"],
+                           return_hydra_config=True)
+
+    monkeypatch.setenv("ZOO_RESULTS", "")
+    monkeypatch.setenv("ZOO_RUNS", "")
+    cfg = composed()
+    assert results_path(cfg, tmp_path / "run") == results.runs_file() == results.REPO_ROOT / "results" / "runs.csv"
+    assert (cfg.hydra.run.dir, cfg.hydra.sweep.dir, cfg.ir_stages_dir, cfg.retrieval.stages_dir) == (
+        "runs/seq2seq-gandr-k4-a0.5/scan_simple/seed1", "runs", "runs/ir-stages", "runs/retrieval-stages")
+    monkeypatch.setenv("ZOO_RESULTS", str(tmp_path / "runs.csv"))
+    monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
+    cfg = composed()
+    assert results_path(cfg, tmp_path / "run") == results.runs_file() == tmp_path / "runs.csv"
+    assert cfg.ir_stages_dir == str(tmp_path / "runs" / "ir-stages")

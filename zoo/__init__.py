@@ -5,6 +5,8 @@ import re
 
 from omegaconf import OmegaConf
 
+from zoo.results import setting
+
 
 def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, alpha: float = 0.5) -> str:
     """configs/model/seq2seq.yaml: the run's variant is the IR pipeline's name (``rir``) or the retrieval method with
@@ -37,5 +39,6 @@ def split_variant(variant: str) -> tuple[str, str]:
     return (variant, "") if match is None else (variant[:match.start()], match.group()[1:])
 
 
+OmegaConf.register_new_resolver("zoo_env", setting, replace=True)
 OmegaConf.register_new_resolver("seq2seq_variant", seq2seq_variant, replace=True)
 OmegaConf.register_new_resolver("subsample", subsample_suffix, replace=True)

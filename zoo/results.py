@@ -40,10 +40,18 @@ class Row(dict):
         self.line = line
 
 
+def setting(variable: str, default: str) -> str:
+    """``$variable``, else ``default``: set but empty (``ZOO_RESULTS= python ...``) counts as unset, as for every
+    variable of the zoo. The configs read ``ZOO_RESULTS`` and ``ZOO_RUNS`` through it too (``${zoo_env:...}``,
+    registered in zoo/__init__.py): with OmegaConf's ``oc.env`` an empty ``ZOO_RESULTS`` sent a run's row into its
+    run directory while every reader read results/runs.csv, and an empty ``ZOO_RUNS`` put run directories under /."""
+    return os.environ.get(variable) or default
+
+
 def runs_file() -> Path:
     """The runs table, as configs/run.yaml's ``results_file`` reads it: ``$ZOO_RESULTS``, else results/runs.csv; a
     relative path is the repository's."""
-    return REPO_ROOT / (os.environ.get("ZOO_RESULTS") or "results/runs.csv")
+    return REPO_ROOT / setting("ZOO_RESULTS", "results/runs.csv")
 
 
 def results_table(name: str) -> Path:
