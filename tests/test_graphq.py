@@ -227,3 +227,23 @@ def test_cli_says_a_damaged_results_table_first(tmp_path, capsys, command):
     results.write_bytes(b"dataset,seed\ncfq_mcd1,\xff\n")
     assert main([command, "--data", "no_such_dataset", "--results", str(results)]) == 1
     assert capsys.readouterr().err == f"{results}:2:10: byte 0xff is not UTF-8 (results tables are UTF-8 text)\n"
+
+
+@pytest.mark.parametrize("command", ["distance", "execute"])
+@pytest.mark.parametrize("data, message", [
+    ("no_such_dataset", "no_such_dataset: unknown dataset 'no_such_dataset'; registered datasets: "),
+    ("scan_simple", "scan_simple: no IR 'graphq' for formalism 'scan'; available: "),  # GraphQ IR is CFQ's alone
+])
+def test_cli_names_a_dataset_it_cannot_read_in_one_line(tmp_path, capsys, command, data, message):
+    from zoo.ir.graphq.__main__ import main
+
+    assert main([command, "--data", data, "--results", str(tmp_path / "out.csv")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1 and not (tmp_path / "out.csv").exists()
+
+
+def test_cli_says_which_data_files_are_missing(tmp_path, capsys):
+    from zoo.ir.graphq.__main__ import main
+
+    assert main(["execute", "--data", "cfq_mcd1", "--root", str(tmp_path), "--results", ""]) == 1
+    assert capsys.readouterr().err.startswith("cfq_mcd1: dataset 'cfq_mcd1' is missing")

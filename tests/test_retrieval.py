@@ -254,3 +254,29 @@ def test_recall_command_says_a_damaged_recall_table_first(tmp_path):
     (tmp_path / "template_recall.csv").write_text("data,k\n\"geo_sql_iid,4\n")
     with pytest.raises(SystemExit, match=r"template_recall.csv:2: column 1 \(data\): the quote that opens"):
         main(["recall", "--data", "no_such_dataset", "--results", str(tmp_path / "runs.csv")])
+
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("no_such_dataset", "unknown dataset 'no_such_dataset'; registered datasets: "),
+    ("geo_sql_iid:train_limit=abc", "--data geo_sql_iid:train_limit=abc: expected option=integer after the dataset's "
+                                    "name, e.g. geo_sql_iid:train_limit=1000"),
+    ("geo_sql_iid:train_limit", "--data geo_sql_iid:train_limit: expected option=integer"),
+    ("geo_sql_iid:no_such_option=3", "data.no_such_option: not an option of ParsingDataModule (its options: "),
+    ("geo_sql_iid:train_limit=0", "data.train_limit=0: expected a whole number of at least 1"),
+])
+def test_recall_command_names_a_bad_data_entry_before_any_work(tmp_path, entry, message):
+    from zoo.retrieval import main
+
+    with pytest.raises(SystemExit) as error:
+        main(["recall", "--data", "geo_sql_iid", entry, "--results", str(tmp_path / "runs.csv")])
+    assert error.value.code.startswith(f"error: {message}") and "\n" not in error.value.code
+    assert not (tmp_path / "template_recall.csv").exists()  # geo_sql_iid, the first, was not measured
+
+
+def test_recall_command_says_which_data_files_are_missing(tmp_path, monkeypatch):
+    from zoo.retrieval import main
+
+    monkeypatch.setenv("ZOO_DATA", str(tmp_path))
+    with pytest.raises(SystemExit, match="^error: dataset 'geo_sql_iid' is missing"):
+        main(["recall", "--data", "geo_sql_iid", "--results", ""])

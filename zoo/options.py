@@ -66,7 +66,7 @@ def check_options(cfg: DictConfig) -> None:
     model_cls = get_model(cfg.model.name)
     for section, target in (("data", ParsingDataModule), ("model.params", model_cls),
                             ("model.featurizer", model_cls.featurizer_class)):
-        _check_against_constructor(OmegaConf.select(cfg, section) or {}, section, target)
+        check_against_constructor(OmegaConf.select(cfg, section) or {}, section, target)
     ParsingDataModule(**OmegaConf.to_container(cfg.data, resolve=True))  # its own range checks; it reads nothing yet
 
 
@@ -75,7 +75,7 @@ _NOT_OPTIONS = ("self", "featurizer", "formalism")
 
 
 
-def _check_against_constructor(options: DictConfig | dict, section: str, target: type) -> None:
+def check_against_constructor(options: DictConfig | dict, section: str, target: type) -> None:
     """Every option of ``section`` must be a parameter of ``target``'s constructor, of its annotated type."""
     signature = inspect.signature(target.__init__)
     try:

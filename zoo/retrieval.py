@@ -49,6 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from zoo.formalisms import Formalism, FormalismError, get_formalism
+from zoo.options import OptionError, check_against_constructor
 from zoo.results import append_row, atomic_path, read_predictions, write_jsonl
 from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
                         stage_directory)
@@ -377,14 +378,33 @@ def record_template_recall(results_file: str | None, row: dict[str, Any]) -> Non
         append_row(path, row, replacing=("data", "subsample", "k", "alpha", "seed"))
 
 
+def data_entry(entry: str) -> tuple[str, dict[str, int]]:
+    """``atis_sql_iid:train_limit=1000`` -> ("atis_sql_iid", {"train_limit": 1000}): a ``--data`` entry of
+    ``python -m zoo.retrieval recall``; an option that is not one of ``ParsingDataModule``'s integers is an
+    OptionError naming it."""
+    from datamodules import ParsingDataModule
+
+    name, *options = entry.split(":")
+    data_options = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        try:
+            data_options[key] = int(value)
+        except ValueError:
+            raise OptionError(f"--data {entry}: expected option=integer after the dataset's name, e.g. "
+                              f"{name}:train_limit=1000") from None
+    check_against_constructor(data_options, "data", ParsingDataModule)
+    return name, data_options
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m zoo.retrieval recall``: template recall@k of input and oracle-output retrieval, no training."""
     import argparse
     import sys
 
-    from datamodules import ParsingDataModule
+    from datamodules import DataConfigError, DataFormatError, MissingDataError, ParsingDataModule
     from zoo import subsample_suffix
-    from zoo.registry import get_dataset
+    from zoo.registry import RegistryError, get_dataset
     from zoo.results import ResultsFileError, check_appendable, runs_file
 
     parser = argparse.ArgumentParser(prog="python -m zoo.retrieval", description=main.__doc__)
@@ -399,22 +419,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         check_appendable(template_recall_path(args.results))
-    except ResultsFileError as e:
+        # every entry checked before the first is measured: its name, its options and their ranges
+        entries = [(name, options, ParsingDataModule(name, **options), get_dataset(name).formalism)
+                   for name, options in map(data_entry, args.data)]
+        for name, data_options, datamodule, formalism in entries:
+            datamodule.setup()
+            row = {"data": name, "subsample": subsample_suffix(data_options.get("train_limit"),
+                                                         data_options.get("train_limit_seed", 0),
+                                                         data_options.get("limit_train"),
+                                                         data_options.get("limit_eval")).lstrip("-"),
+                   "split": "val", "n": len(datamodule.val), "k": args.k, "alpha": "", "seed": "",
+                   **template_recalls(datamodule.train, datamodule.val, get_formalism(formalism), args.k)}
+            record_template_recall(args.results, row)
+            print(", ".join(f"{key} {value}" for key, value in row.items()))
+    except (ResultsFileError, RegistryError, OptionError, DataConfigError, MissingDataError, DataFormatError) as e:
         sys.exit(f"error: {e}")
-    for entry in args.data:
-        name, *options = entry.split(":")
-        data_options = {key: int(value) for key, value in (option.split("=", 1) for option in options)}
-        datamodule = ParsingDataModule(name, **data_options)
-        datamodule.setup()
-        row = {"data": name, "subsample": subsample_suffix(data_options.get("train_limit"),
-                                                     data_options.get("train_limit_seed", 0),
-                                                     data_options.get("limit_train"),
-                                                     data_options.get("limit_eval")).lstrip("-"),
-               "split": "val", "n": len(datamodule.val), "k": args.k, "alpha": "", "seed": "",
-               **template_recalls(datamodule.train, datamodule.val, get_formalism(get_dataset(name).formalism),
-                                  args.k)}
-        record_template_recall(args.results, row)
-        print(", ".join(f"{key} {value}" for key, value in row.items()))
 
 
 if __name__ == "__main__":

@@ -175,13 +175,26 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
 
+    from datamodules import DataConfigError, DataFormatError, MissingDataError
+    from zoo.ir import UnsupportedIRError, get_ir
+    from zoo.registry import RegistryError, get_dataset
+
     try:
         check_appendable(args.results)
     except ResultsFileError as e:
         print(e, file=sys.stderr)
         return 1
+    try:
+        get_ir("graphq", get_dataset(args.data).formalism)  # CFQ's alone, said before the data is read
+        if args.command == "distance":
+            rows = distance(args.data, args.sample, args.seed, args.root)
+        else:
+            rows, disagreements = execute(args.data, args.sample, args.seed, args.noise_graphs, args.timeout_s,
+                                          args.root)
+    except (RegistryError, UnsupportedIRError, MissingDataError, DataFormatError, DataConfigError) as e:
+        print(f"{args.data}: {e}", file=sys.stderr)
+        return 1
     if args.command == "distance":
-        rows = distance(args.data, args.sample, args.seed, args.root)
         print(f"{'representation':<15} {'mean distance':>13} {'std':>7} {'vs SPARQL':>9}")
         for row in rows:
             print(f"{row['representation']:<15} {row['mean_distance']:>13.3f} {row['std_distance']:>7.3f} "
@@ -190,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
                 append_row(Path(args.results), row, replacing=("dataset", "examples", "seed", "representation"))
         return 0
 
-    rows, disagreements = execute(args.data, args.sample, args.seed, args.noise_graphs, args.timeout_s, args.root)
     print(f"{'graphs':>12} {'kind':<8} {'non-empty':>9} {'cypher = sparql':>16} {'compiled sparql = sparql':>25}")
     for row in rows:
         print(f"{row['graphs']:>12} {row['graph_kind']:<8} {row['non_empty_answers']:>9} "
