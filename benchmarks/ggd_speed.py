@@ -39,13 +39,14 @@ from zoo.threads import use_passive_waiting  # noqa: E402
 use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.errors import CompactHydraException  # noqa: E402
 
 from datamodules.datamodule import LengthBucketBatchSampler  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
-from zoo.results import ResultsFileError, append_row, check_appendable, results_table  # noqa: E402
+from zoo.results import append_row, check_appendable, results_table  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
-from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
+from zoo.train import USER_ERRORS, git_commit, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
 KEY = ("data", "backbone", "batch_size", "bucketed", "precision", "threads", "hardware", "git_commit")
@@ -124,8 +125,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
     parser.add_argument("--out", type=Path, default=results_table("ggd_speed.csv"))
     args, overrides = parser.parse_known_args(argv)
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides, f"data.batch_size={args.batch_size}"])
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+            cfg = compose("run", overrides=[*DEFAULT_OVERRIDES, *overrides, f"data.batch_size={args.batch_size}"])
+    except CompactHydraException as e:  # data=no_such_dataset
+        sys.exit(f"error: {e}")
     if cfg.model.name != "ggd":
         sys.exit(f"error: model={cfg.model.name}: this benchmark measures GGD")
     precision = str(cfg.trainer.get("precision", "32-true"))
@@ -133,14 +137,14 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
     try:
         check_appendable(args.out)
-    except ResultsFileError as e:
+        torch.manual_seed(cfg.seed)
+        datamodule = prepared_data(cfg)
+        params, featurizer = model_settings(cfg)
+        model = get_model("ggd").build(datamodule.train, get_dataset(cfg.data.name).formalism, featurizer=featurizer,
+                                       **params)
+        datamodule.attach(model.featurizer)  # tags every split in bulk, as a training run does
+    except USER_ERRORS as e:  # a damaged speed table, data files missing...
         sys.exit(f"error: {e}")
-    torch.manual_seed(cfg.seed)
-    datamodule = prepared_data(cfg)
-    params, featurizer = model_settings(cfg)
-    model = get_model("ggd").build(datamodule.train, get_dataset(cfg.data.name).formalism, featurizer=featurizer,
-                                   **params)
-    datamodule.attach(model.featurizer)  # tags every split in bulk, as a training run does
     batch_size = datamodule.batch_size
     train = list(datamodule.train)
     random.Random(cfg.seed).shuffle(train)

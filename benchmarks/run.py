@@ -24,19 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from zoo.threads import use_passive_waiting  # noqa: E402
 
 use_passive_waiting()  # before torch starts OpenMP: a run slows down in proportion to the CPU it loses, no more
-from datamodules import DataConfigError, DataFormatError, MissingDataError  # noqa: E402
-from zoo.download import DownloadError  # noqa: E402
-from zoo.ir import UnsupportedIRError  # noqa: E402
-from zoo.options import OptionError  # noqa: E402
-from zoo.parser import UnsupportedFormalismError  # noqa: E402
-from zoo.registry import RegistryError  # noqa: E402
-from zoo.results import ResultsFileError  # noqa: E402
-from zoo.retrieval import RetrievalError  # noqa: E402
-from zoo.train import RunConfigError, run  # noqa: E402
-
-# Mistakes in the command or the data, and data.download=true failing (offline): one message, without a traceback.
-USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
-               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError, DownloadError)
+from zoo.train import USER_ERRORS, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

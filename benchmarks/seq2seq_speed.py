@@ -35,13 +35,14 @@ from zoo.threads import use_passive_waiting  # noqa: E402
 use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.errors import CompactHydraException  # noqa: E402
 
 from zoo.parser import Parser  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
-from zoo.results import ResultsFileError, append_row, check_appendable, results_table  # noqa: E402
+from zoo.results import append_row, check_appendable, results_table  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
-from zoo.train import hardware_string, model_settings  # noqa: E402
+from zoo.train import USER_ERRORS, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
 KEY = ("phase", "data", "backbone", "weights", "batch_size", "bucketed", "threads", "hardware")
@@ -118,12 +119,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--checkpoint", type=Path, help="a trained seq2seq checkpoint to measure instead of fresh "
                         "weights (an untrained decoder runs every output to the length limit)")
     args, overrides = parser.parse_known_args(argv)
-    cfg = composed(overrides)
+    if args.checkpoint and not args.checkpoint.is_file():
+        parser.error(f"no checkpoint at {args.checkpoint}")
     try:
+        cfg = composed(overrides)
         check_appendable(args.out)
-    except ResultsFileError as e:
+        model, datamodule = model_and_data(cfg, args.checkpoint)
+    except (CompactHydraException, *USER_ERRORS) as e:  # data=no_such_dataset, data files missing...
         sys.exit(f"error: {e}")
-    model, datamodule = model_and_data(cfg, args.checkpoint)
 
     peak = matmul_flops_per_s()
     common = {"data": cfg.data.name, "backbone": model.backbone, "weights": str(args.checkpoint or "untrained"),

@@ -30,8 +30,10 @@ from zoo.threads import use_passive_waiting  # noqa: E402
 use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
 
+from datamodules import read_splits  # noqa: E402
 from zoo.parser import Parser  # noqa: E402
 from zoo.results import results_table, write_rows  # noqa: E402
+from zoo.train import USER_ERRORS  # noqa: E402
 
 
 def timed(function, *args):
@@ -53,12 +55,9 @@ def length_rows(source: str, timings: dict[int, list[tuple[float, float]]], comm
     return rows
 
 
-def measure_test_set(model, data: str, batch_size: int) -> tuple[dict[int, list[tuple[float, float]]], float]:
+def measure_test_set(model, examples: list, batch_size: int) -> tuple[dict[int, list[tuple[float, float]]], float]:
     """Per test sentence (chart seconds, chart + search seconds) by length, and the encoder pass's seconds."""
-    from datamodules import read_splits
-
     featurizer = model.featurizer
-    examples = read_splits(data)["test"]
     timings: dict[int, list[tuple[float, float]]] = defaultdict(list)
     encoder_seconds = 0.0
     for start in range(0, len(examples), batch_size):
@@ -98,15 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = Path(args.checkpoint)
     if not checkpoint.is_file():
         parser.error(f"no checkpoint at {checkpoint}")
+    run_path = checkpoint.absolute().parents
+    data = args.data or (run_path[2].name if len(run_path) > 2 else "")
+    try:
+        test = read_splits(data)["test"]  # before the model loads: a wrong dataset is said at once
+    except USER_ERRORS as e:
+        sys.exit(f"error: {e}" + ("" if args.data else " (the dataset named by the checkpoint's path; --data gives "
+                                                       "another)"))
     model = Parser.load(str(checkpoint))
     if model.model_name != "span_cky":
         parser.error(f"{checkpoint} is a {model.model_name!r} checkpoint; this benchmark times span_cky")
-    data = args.data or checkpoint.parents[2].name
     common = {"checkpoint": str(checkpoint), "encoder": model.backbone, "k": model.hparams.k,
               "ternary": model.hparams.ternary, "sigma": len(model.featurizer.categories),
               "torch_threads": torch.get_num_threads()}
     with torch.no_grad():
-        timings, encoder_seconds = measure_test_set(model, data, args.batch_size)
+        timings, encoder_seconds = measure_test_set(model, test, args.batch_size)
         rows = length_rows(f"{data} test", timings, {**common, "encoder_s_total": round(encoder_seconds, 3)})
         rows += length_rows("synthetic", measure_synthetic(model, args.lengths, args.repeats), common)
     write_rows(args.out, rows)

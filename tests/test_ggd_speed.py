@@ -41,3 +41,14 @@ def test_a_damaged_speed_table_is_said_before_measuring(tmp_path, monkeypatch):
     monkeypatch.setattr(ggd_speed, "prepared_data", None)  # measuring would call it
     with pytest.raises(SystemExit, match=rf"^error: {out}:2: 3 cells for the 2 columns of the header$"):
         ggd_speed.main(["debug=smoke", "--out", str(out)])
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["data=no_such_dataset"], "error: In 'run': Could not find 'data/no_such_dataset'"),
+    (["data.root={tmp}"], "error: dataset 'cfq_mcd1' is missing"),  # nothing under that root
+])
+def test_an_unknown_dataset_or_missing_data_is_a_message(tmp_path, arguments, message):
+    with pytest.raises(SystemExit) as error:
+        ggd_speed.main(["debug=smoke", *(a.format(tmp=tmp_path) for a in arguments),
+                        "--out", str(tmp_path / "speed.csv")])
+    assert str(error.value.code).startswith(message)

@@ -137,3 +137,24 @@ def test_entities_of_one_kind_share_a_score_and_the_lexicon_picks_the_one_named(
     assert rows.shape == (model.span_scorer[-1].out_features,)
     assert rows[model.score_rows[houston]] == scores[houston]
     assert torch.equal(untied.row_scores(scores), scores)
+
+
+def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_path, monkeypatch):
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("span_cky_speed", REPO / "benchmarks" / "span_cky_speed.py")
+    span_cky_speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(span_cky_speed)
+    checkpoint = tmp_path / "runs" / "span_cky-default" / "no_such_dataset" / "seed1" / "checkpoints" / "best.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"")  # loading it would fail
+    with pytest.raises(SystemExit, match=r"^error: unknown dataset 'no_such_dataset'; .* \(the dataset named by "
+                                         r"the checkpoint's path; --data gives another\)$"):
+        span_cky_speed.main([str(checkpoint)])
+    with pytest.raises(SystemExit, match=r"^error: unknown dataset 'no_such'; registered datasets: [^(]*$"):
+        span_cky_speed.main([str(checkpoint), "--data", "no_such"])
+    monkeypatch.setenv("ZOO_DATA", str(tmp_path))
+    with pytest.raises(SystemExit, match=r"^error: dataset 'scan_simple' is missing"):
+        span_cky_speed.main([str(checkpoint), "--data", "scan_simple"])

@@ -24,10 +24,15 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.options import check_options
-from zoo.registry import get_dataset, get_model
+from datamodules import DataConfigError, DataFormatError, MissingDataError
+from zoo.download import DownloadError
+from zoo.ir import UnsupportedIRError
+from zoo.options import OptionError, check_options
+from zoo.parser import UnsupportedFormalismError
+from zoo.registry import RegistryError, get_dataset, get_model
 from zoo.results import (RUN_KEYS, ResultsFileError, Row, append_row, path_for_row, path_from_row, read_rows,
                          write_jsonl)
+from zoo.retrieval import RetrievalError
 from zoo.stages import Rewrite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +41,12 @@ log = logging.getLogger(__name__)
 
 class RunConfigError(ValueError):
     """A run that cannot start as configured (resume without a checkpoint, a used run directory...)."""
+
+
+# Mistakes in the command or the data, and data.download=true failing (offline): what benchmarks/run.py, and the
+# benchmarks that build a run's data and model, say in one message, without a traceback.
+USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
+               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError, DownloadError)
 
 
 class Throughput(Callback):
