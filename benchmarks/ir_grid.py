@@ -133,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="launch the grid again: finished runs are skipped, interrupted ones resume (resume=true)")
     parser.add_argument("overrides", nargs="*", help="passed to every run (after --): experiment=seq2seq_ir_gpu")
     args = parser.parse_args(argv)
+    for option, group, names in (("--data", "data", [entry.split(":")[0] for entry in args.data]),
+                                 ("--models", "model", args.models)):
+        known = sorted(path.stem for path in (REPO / "configs" / group).glob("*.yaml"))
+        for name in names:  # said now, not as one failed job per model and method
+            if name not in known:
+                parser.error(f"{option} {name}: no configs/{group}/{name}.yaml; known: {', '.join(known)}")
 
     log_dir = REPO / "logs" / "ir_grid"
     log_dir.mkdir(parents=True, exist_ok=True)

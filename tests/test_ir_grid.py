@@ -53,3 +53,18 @@ def test_each_job_gets_its_share_of_the_cores_unless_omp_num_threads_is_set(tmp_
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     run_jobs(jobs, workers=4, deadline=time.time() + 60, log_dir=tmp_path)
     assert (tmp_path / "job0.log").read_text() == "3\n"
+
+
+def test_an_unknown_dataset_or_model_is_said_before_any_job_starts(monkeypatch, capsys):
+    """Not one failed job per model and method, each with its reason in a log file."""
+    import pytest
+
+    monkeypatch.setattr(ir_grid, "run_jobs", None)  # starting the jobs would call it
+    for arguments, message in ((["--data", "scan_simple", "no_such_dataset:data.limit_train=10"],
+                                "--data no_such_dataset: no configs/data/no_such_dataset.yaml; known: atis_sql_iid, "),
+                               (["--data", "scan_simple", "--models", "seq2seq", "no_such_model"],
+                                "--models no_such_model: no configs/model/no_such_model.yaml; known: bert2bert_minilm, "
+                                "ggd, seq2seq, span_cky")):
+        with pytest.raises(SystemExit):
+            ir_grid.main(arguments)
+        assert f"error: {message}" in capsys.readouterr().err
