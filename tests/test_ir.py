@@ -265,3 +265,17 @@ def test_verify_cli_says_a_damaged_results_table_first(tmp_path, capsys):
     assert main(["verify", "--ir", "rir", "--data", "geo_sql_iid", "--results", str(results)]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"{results}:2: 1 cells for the 2 columns of the header\n" and captured.out == ""
+
+
+def test_verify_cli_reports_an_unreadable_data_file(capsys, monkeypatch):
+    """A data file without read permission is a DataConfigError (datamodules.base.open_text); tests run as root,
+    whom permissions do not stop, so the reader raises it here."""
+    import zoo.ir.__main__
+    from datamodules import DataConfigError
+
+    def unreadable(ir, name, *args, **kwargs):
+        raise DataConfigError(f"/data/{name}.json: cannot read it (Permission denied)")
+
+    monkeypatch.setattr(zoo.ir.__main__, "verify", unreadable)
+    assert main(["verify", "--ir", "rir", "--data", "geo_sql_iid", "--results", ""]) == 1
+    assert capsys.readouterr().err == "geo_sql_iid: /data/geo_sql_iid.json: cannot read it (Permission denied)\n"

@@ -73,3 +73,17 @@ def test_a_damaged_results_table_is_said_before_verifying(tmp_path, capsys):
     assert main(["verify", "no_such_dataset", "--results", str(results)]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"{results}:2: 2 cells for the 3 columns of the header\n" and captured.out == ""
+
+
+def test_verify_an_unreadable_data_file_is_reported_not_raised(capsys, monkeypatch):
+    """A data file without read permission is a DataConfigError (datamodules.base.open_text); tests run as root,
+    whom permissions do not stop, so the reader raises it here."""
+    import zoo.formalisms.verify
+    from datamodules import DataConfigError
+
+    def unreadable(name, *args, **kwargs):
+        raise DataConfigError(f"/data/{name}.json: cannot read it (Permission denied)")
+
+    monkeypatch.setattr(zoo.formalisms.verify, "verify_dataset", unreadable)
+    assert main(["verify", "scan_simple", "--results", ""]) == 1
+    assert capsys.readouterr().err == "scan_simple: /data/scan_simple.json: cannot read it (Permission denied)\n"
