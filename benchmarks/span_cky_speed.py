@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         sys.exit(f"error: {e}" + ("" if args.data else " (the dataset named by the checkpoint's path; --data gives "
                                                        "another)"))
-    model = Parser.load(str(checkpoint))
+    try:
+        model = Parser.load(str(checkpoint))
+    except USER_ERRORS as e:  # not a checkpoint of this zoo
+        sys.exit(f"error: {e}")
     if model.model_name != "span_cky":
         parser.error(f"{checkpoint} is a {model.model_name!r} checkpoint; this benchmark times span_cky")
     common = {"checkpoint": str(checkpoint), "encoder": model.backbone, "k": model.hparams.k,

@@ -48,3 +48,11 @@ def test_a_missing_checkpoint_is_a_message(tmp_path, capsys):
         seq2seq_speed.main(["debug=smoke", "--checkpoint", str(tmp_path / "best.ckpt"),
                             "--out", str(tmp_path / "speed.csv")])
     assert capsys.readouterr().err.endswith(f"error: no checkpoint at {tmp_path / 'best.ckpt'}\n")
+
+
+@needs_mirror
+def test_a_damaged_checkpoint_is_a_message(tmp_path):
+    checkpoint = tmp_path / "best.ckpt"
+    checkpoint.write_bytes(b"")
+    with pytest.raises(SystemExit, match=rf"^error: {checkpoint}: not a readable checkpoint"):
+        seq2seq_speed.main(["debug=smoke", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "speed.csv")])

@@ -142,7 +142,7 @@ def test_entities_of_one_kind_share_a_score_and_the_lexicon_picks_the_one_named(
 def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_path, monkeypatch):
     import importlib.util
 
-    from conftest import REPO
+    from conftest import DATA_ROOT, REPO
 
     spec = importlib.util.spec_from_file_location("span_cky_speed", REPO / "benchmarks" / "span_cky_speed.py")
     span_cky_speed = importlib.util.module_from_spec(spec)
@@ -155,6 +155,9 @@ def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_
         span_cky_speed.main([str(checkpoint)])
     with pytest.raises(SystemExit, match=r"^error: unknown dataset 'no_such'; registered datasets: [^(]*$"):
         span_cky_speed.main([str(checkpoint), "--data", "no_such"])
+    if (DATA_ROOT / "scan").is_dir():  # the data read, the checkpoint is named
+        with pytest.raises(SystemExit, match=rf"^error: {checkpoint}: not a readable checkpoint"):
+            span_cky_speed.main([str(checkpoint), "--data", "scan_simple"])
     monkeypatch.setenv("ZOO_DATA", str(tmp_path))
     with pytest.raises(SystemExit, match=r"^error: dataset 'scan_simple' is missing"):
         span_cky_speed.main([str(checkpoint), "--data", "scan_simple"])

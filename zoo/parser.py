@@ -126,10 +126,12 @@ class Parser(L.LightningModule):
 
     @staticmethod
     def load(path: str, map_location: str = "cpu") -> "Parser":
-        """Rebuild any registered model from one of its checkpoints, featurizer included."""
+        """Rebuild any registered model from one of its checkpoints, featurizer included; a file that is none (empty,
+        truncated, another program's) is a ``RunConfigError`` naming it."""
         from zoo.registry import get_model
+        from zoo.train import load_checkpoint
 
-        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+        checkpoint = load_checkpoint(path, map_location)
         cls = get_model(checkpoint["model_name"])
         featurizer = cls.featurizer_class.from_state_dict(checkpoint["featurizer"])
         model = cls(featurizer, **checkpoint["hyper_parameters"])

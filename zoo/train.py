@@ -359,11 +359,11 @@ def _existing_checkpoint(name: str, checkpoint_dir: Path, option: str) -> str:
     return str(path)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
     """A checkpoint of this zoo, or a ``RunConfigError`` naming the file when it is none (random bytes, empty,
     truncated, another program's)."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as error:  # torch raises UnpicklingError, EOFError, RuntimeError... by what the bytes are
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RunConfigError(f"{path}: not a readable checkpoint ({reason})") from None
