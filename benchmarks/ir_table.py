@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zoo import split_variant  # noqa: E402
+from zoo.ir import row_definition  # noqa: E402
 from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, fraction, read_rows, results_table,  # noqa: E402
                          runs_file)
 
 PIPELINES = ("baseline", "rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir", "graphq")
-DEFINED = ("rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir")  # the pipelines an IR definition changes
 CELL = ("Cell: exact match, mean over seeds (n = seeds) · training minutes of all stages · training examples/s. "
         "`(trainN-evalM)`: the first N training and M dev and test examples; `(sampleN)`: a random N training "
         "examples. Hardware per row is in runs.csv. Convergence (validation exact match rose by less than 1 point "
@@ -52,8 +52,7 @@ def method_tables(runs: pd.DataFrame, methods: Sequence[str], header: list[str])
     runs["data"] = [f"{data} ({split_variant(v)[1]})" if split_variant(v)[1] else data
                     for data, v in zip(runs["data"], runs["variant"].astype(str))]
     recorded = runs["ir_definition"] if "ir_definition" in runs else pd.Series("", index=runs.index)
-    runs["definition"] = [(d if isinstance(d, str) and d else "zoo") if pipeline in DEFINED else ""
-                          for d, pipeline in zip(recorded, runs["pipeline"])]
+    runs["definition"] = [row_definition(pipeline, d) for pipeline, d in zip(runs["pipeline"], recorded)]
     out = [*header, ""]
     for (backbone, protocol), group in runs.groupby(["backbone", "protocol"]):
         for definition in sorted(set(group["definition"]) - {""}) or [""]:
@@ -95,8 +94,9 @@ def read_runs(path: Path) -> pd.DataFrame:
         raise ResultsFileError(f"{path}: no runs (benchmarks/run.py appends one per finished run)")
     for row in rows:
         fraction(path, row, "test_exact_match")
-    newest = {(*(row.get(key, "") for key in (*RUN_KEYS, "protocol")), row.get("ir_definition") or "zoo"): i
-              for i, row in enumerate(rows)}  # (no ir_definition: a row from before the option, the zoo's)
+    newest = {(*(row.get(key, "") for key in (*RUN_KEYS, "protocol")),
+               row_definition(split_variant(row["variant"])[0], row.get("ir_definition"))): i
+              for i, row in enumerate(rows)}
     frame = pd.read_csv(path, dtype={"variant": str})  # the same records as ``rows``, in order
     return frame.iloc[sorted(newest.values())]
 

@@ -27,11 +27,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from zoo import split_variant  # noqa: E402
+from zoo.ir import row_definition  # noqa: E402
 from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, cell_error, fraction, read_rows,  # noqa: E402
                          runs_file)
 
 # protocol: the experiment config that pinned the training budget, where one did (rows without one share "")
-KEYS = ["model", "variant", "backbone", "data", "metric", "protocol"]
+KEYS = ["model", "variant", "backbone", "data", "metric", "protocol", "ir_definition"]
 PUBLISHED_COLUMNS = ["model", "variant", "backbone", "pretrained", "data", "metric", "value", "source"]
 # test_examples_per_s is a speed and test_threshold (GGD) the decoding threshold chosen on dev, not test metrics
 NOT_METRICS = ("_per_s", "_seconds", "_mb", "_threshold")
@@ -72,7 +74,10 @@ def read_runs(path: Path) -> pd.DataFrame:
             print(f"{path}:{run.line}: no test metric has a value; row skipped", file=sys.stderr)
         for metric, value in values.items():
             records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
-                           "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value})
+                           "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value,
+                            # runs of the two IR definitions (zoo/ir/__init__.py) are apart
+                            "ir_definition": row_definition(split_variant(run["variant"])[0],
+                                                            run.get("ir_definition"))})
     if not records:
         raise LeaderboardError(f"no usable runs in {path}: all {len(runs)} rows were skipped (see above)")
     long = pd.DataFrame.from_records(records)
@@ -144,7 +149,8 @@ def to_markdown(board: pd.DataFrame) -> str:
         for _, r in part.sort_values(["data", "metric", "model", "variant", "backbone"]).iterrows():
             ours = _fmt(r["mean"]) + (f" ± {r['std']:.1f}" if pd.notna(r["std"]) else "")
             pub = "n/a¹" if r["data"].endswith("_partial") else _fmt(r["published"])
-            variant = r["variant"] + (f" ({r['protocol']})" if r["protocol"] else "")
+            notes = [n for n in (r["protocol"], r["ir_definition"] and f"{r['ir_definition']} IRs") if n]
+            variant = r["variant"] + (f" ({', '.join(notes)})" if notes else "")
             cells = [r["data"], r["model"], variant, r["backbone"], r["metric"], ours, str(r["seeds"]), pub,
                      r["published_source"], _fmt(r["params"], ","), _fmt(r["train_minutes"]), r["hardware"]]
             out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")

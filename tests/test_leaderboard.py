@@ -57,8 +57,9 @@ def row(df, **keys):
 def test_csv_values_and_published_join(built):
     _, out = built
     df = pd.read_csv(out / "leaderboard.csv")
-    assert list(df.columns)[:14] == ["model", "variant", "backbone", "data", "metric", "protocol", "mean", "std", "seeds",
-                                     "published", "published_source", "params", "train_minutes", "hardware"]
+    assert list(df.columns)[:15] == ["model", "variant", "backbone", "data", "metric", "protocol", "ir_definition",
+                                     "mean", "std", "seeds", "published", "published_source", "params",
+                                     "train_minutes", "hardware"]
     r = row(df, model="seq2seq", variant="baseline", data="scan_length", metric="exact_match")
     assert (r["mean"], r["std"], r["seeds"], r["params"], r["train_minutes"]) == (20.0, 10.0, 3, 1000, 2.0)
     assert r["hardware"] == "H100; cpu"
@@ -197,7 +198,24 @@ def test_runs_of_another_protocol_stay_apart(tmp_path):
     board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
     em = board[board["metric"] == "exact_match"].set_index("protocol")["mean"]
     assert em.to_dict() == {"": 10.0, "seq2seq_ir_gpu": 30.0}
-    assert "rir (seq2seq_ir_gpu)" in (tmp_path / "out" / "LEADERBOARD.md").read_text()
+    assert "rir (seq2seq_ir_gpu, zoo IRs)" in (tmp_path / "out" / "LEADERBOARD.md").read_text()
+
+
+def test_runs_of_the_two_ir_definitions_stay_apart(tmp_path):
+    """A paper-definition run of the same seed is not a re-run of the zoo's (a row without the column is the zoo's);
+    a baseline has no definition."""
+    header = HEADER + ["ir_definition"]
+    runs = write_runs(tmp_path / "runs.csv", [
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "0.10") + [""],
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "0.30") + ["paper"],
+        run("seq2seq", "rir", "t5-mini-scratch", "scan_length", 1, "0.20") + ["zoo"],
+        run("seq2seq", "baseline", "t5-mini-scratch", "scan_length", 1, "0.40") + [""],
+    ], header=header)
+    board = leaderboard.build_leaderboard(runs, ROOT / "benchmarks" / "published.csv", tmp_path / "out")
+    em = board[board["metric"] == "exact_match"].set_index(["variant", "ir_definition"])
+    assert em["mean"].to_dict() == {("baseline", ""): 40.0, ("rir", "paper"): 30.0, ("rir", "zoo"): 20.0}
+    assert em["seeds"].tolist() == [1, 1, 1]  # the zoo's re-run replaced its first row
+    assert "rir (paper IRs)" in (tmp_path / "out" / "LEADERBOARD.md").read_text()
 
 
 def test_a_damaged_published_table_is_one_line(tmp_path, capsys):

@@ -72,6 +72,15 @@ def available_irs(formalism: str) -> list[str]:
 
 
 DEFINITIONS = ("paper", "zoo")
+DEFINED_PIPELINES = ("rir", "lir_d", "lir_ind", "lir_d+rir", "lir_ind+rir")  # the pipelines a definition changes
+
+
+def row_definition(pipeline: str, recorded: object) -> str:
+    """The IR definition a results row of ``pipeline`` (its variant without subsample suffixes) was measured under:
+    its ``ir_definition``, the zoo's for rows from before the option, and '' for a run no definition changes."""
+    if pipeline not in DEFINED_PIPELINES:
+        return ""
+    return recorded if isinstance(recorded, str) and recorded else "zoo"
 
 
 def get_ir(name: str, formalism: str, definition: str = "paper") -> IntermediateRepresentation:
