@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="only rows of this model")
     parser.add_argument("--data", help="only rows of this dataset")
     args = parser.parse_args(argv)
+    if not Path(args.runs).is_file():
+        print(f"no results file at {args.runs}: give --runs, or run benchmarks/run.py first", file=sys.stderr)
+        return 1
     try:
         rows = [r for r in read_rows(args.runs, required=(*RUN_KEYS, "git_commit", "run_dir", "test_exact_match"))
                 if r["data"].startswith("cfq_") and (args.model is None or r["model"] == args.model)

@@ -9,7 +9,8 @@ import argparse
 import inspect
 
 from datamodules import ParsingDataModule
-from datamodules.base import MissingDataError, check_files, describe_root, resolve_root
+from datamodules.base import (DataConfigError, DataFormatError, MissingDataError, check_files, describe_root,
+                              resolve_root)
 from datamodules.datamodule import clear_cache
 from zoo.registry import DATASETS
 
@@ -17,7 +18,7 @@ from zoo.registry import DATASETS
 def stats(root: str | None) -> str:
     root = resolve_root(root)
     defaults = inspect.signature(ParsingDataModule).parameters
-    rows, missing = [], []
+    rows, missing, unreadable = [], [], []
     for name, spec in DATASETS.items():
         try:
             check_files(spec, root)
@@ -29,7 +30,11 @@ def stats(root: str | None) -> str:
             missing.append(note)
             continue
         dm = ParsingDataModule(name, root=str(root))
-        dm.setup()
+        try:
+            dm.setup()
+        except (DataFormatError, DataConfigError) as e:  # names the file and line; the other datasets still count
+            unreadable.append(f"  {name}: {e}")
+            continue
         dev = f"{len(dm.val):,}" + ("*" if dm.val_held_out else "")
         rows.append((name, spec.formalism, f"{len(dm.train):,}", dev, f"{len(dm.test):,}"))
         clear_cache()  # one dataset in memory at a time
@@ -46,6 +51,8 @@ def stats(root: str | None) -> str:
                      f"val_seed={defaults['val_seed'].default}); train is counted without it.")
     if missing:
         lines += ["", "not present under this root (skipped):", *missing]
+    if unreadable:
+        lines += ["", "present but not readable (skipped):", *unreadable]
     return "\n".join(lines)
 
 

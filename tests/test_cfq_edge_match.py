@@ -109,3 +109,9 @@ def test_main_names_a_damaged_predictions_file_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith(f"{run_dir / 'predictions.jsonl'}{problem}") and err.count("\n") == 1
     assert not (tmp_path / "edges.csv").exists()
+
+
+def test_main_says_a_missing_results_file_is_missing(tmp_path, capsys):
+    runs = tmp_path / "nowhere.csv"
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(tmp_path / "edges.csv")]) == 1
+    assert capsys.readouterr().err == f"no results file at {runs}: give --runs, or run benchmarks/run.py first\n"

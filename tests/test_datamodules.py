@@ -446,6 +446,19 @@ def test_stats_command_prints_counts_of_present_datasets(tmp_path, capsys):
     assert "held out from train" in out and "scan_simple: missing" in out
 
 
+def test_stats_command_lists_a_damaged_dataset_and_counts_the_others(tmp_path, capsys):
+    from datamodules.__main__ import main
+
+    scan = tmp_path / "scan" / "simple_split"
+    scan.mkdir(parents=True)
+    (scan / "tasks_train_simple.txt").write_text("IN: walk OUT: I_WALK\nIN: jump OUT: I_JUMP\n")
+    (scan / "tasks_test_simple.txt").write_bytes(b"IN: run OUT: I_RUN\nIN: look \xff OUT: I_LOOK\n")
+    main(["stats", "--root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "present but not readable (skipped):" in out
+    assert f"scan_simple: {scan / 'tasks_test_simple.txt'}, line 2: malformed data: byte 0xff" in out
+
+
 # ------------------------------------------------------------------- every data file of every dataset, broken
 # Two valid lines per kind of line file; the second line's program is the one a truncation cuts.
 VALID_LINES = {

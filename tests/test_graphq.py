@@ -247,3 +247,12 @@ def test_cli_says_which_data_files_are_missing(tmp_path, capsys):
 
     assert main(["execute", "--data", "cfq_mcd1", "--root", str(tmp_path), "--results", ""]) == 1
     assert capsys.readouterr().err.startswith("cfq_mcd1: dataset 'cfq_mcd1' is missing")
+
+
+@pytest.mark.parametrize("sample", ["-1", "0", "abc"])
+def test_cli_refuses_a_sample_size_that_is_not_a_positive_integer(capsys, sample):
+    from zoo.ir.graphq.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["execute", "--sample", sample, "--results", ""])
+    assert f"argument --sample: expected a positive integer, got '{sample}'" in capsys.readouterr().err

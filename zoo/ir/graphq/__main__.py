@@ -142,6 +142,17 @@ def distance(dataset: str, sample: int, seed: int, root: str | None = None,
     return rows
 
 
+def _positive(text: str) -> int:
+    """argparse type of a count of examples: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zoo.ir.graphq", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("query", help="a CFQ SPARQL query (starting with SELECT) or a GraphQ IR string")
     command = commands.add_parser("execute", help="original SPARQL vs compiled Cypher and SPARQL on random graphs")
     command.add_argument("--data", default="cfq_mcd1")
-    command.add_argument("--sample", type=int, default=2000, help="test queries to sample")
+    command.add_argument("--sample", type=_positive, default=2000, help="test queries to sample")
     command.add_argument("--seed", type=int, default=0)
     command.add_argument("--noise-graphs", type=int, default=2, help="pure-noise graphs per query")
     command.add_argument("--timeout-s", type=float, default=10.0, help="time limit of one query")
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--disagreements", default=results_table("graphq_disagreements.jsonl"))
     command = commands.add_parser("distance", help="utterance-to-representation embedding distance (paper §5)")
     command.add_argument("--data", default="cfq_mcd1")
-    command.add_argument("--sample", type=int, default=1000, help="dev examples to sample")
+    command.add_argument("--sample", type=_positive, default=1000, help="dev examples to sample")
     command.add_argument("--seed", type=int, default=0)
     command.add_argument("--root", default=None, help="data root (default: $ZOO_DATA)")
     command.add_argument("--results", default=results_table("graphq_distance.csv"),
