@@ -6,8 +6,8 @@ should use (zoo/threads.py).
     python benchmarks/threads_under_load.py debug=smoke --steps 2 --out /tmp/load.csv   # seconds (the test)
 
 For each number of busy cores (``--busy``: processes spinning in a Python loop, started before and stopped after the
-measurements) and each thread count (``--threads``) under each wait policy (OpenMP's default, unset, and
-``PASSIVE``, the zoo's choice), a fresh process trains the seq2seq backbone for ``--steps`` optimiser steps on the
+measurements) and each thread count (``--threads``) under each wait policy (``--policies``: OpenMP's default,
+unset, and ``PASSIVE``, the zoo's choice, unless told others; ``GOMP_SPINCOUNT`` passes through and is recorded), a fresh process trains the seq2seq backbone for ``--steps`` optimiser steps on the
 run's length-bucketed batches, after a few untimed ones, and reports examples/s. A fresh process per measurement,
 because OpenMP reads the policy once, when it starts.
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from zoo.threads import usable_cores  # noqa: E402  (imports no torch: the policy must be set first)
 
 POLICIES = ("default", "PASSIVE")
-KEY = ("data", "busy_cores", "threads", "omp_wait_policy", "hardware")
+KEY = ("data", "busy_cores", "threads", "omp_wait_policy", "gomp_spincount", "hardware")
 
 
 def measure(threads: int, policy: str, steps: int, overrides: list[str]) -> dict:
@@ -62,6 +62,7 @@ def child(steps: int, overrides: list[str]) -> None:
     examples, seconds, _ = seq2seq_speed.train_speed(model, datamodule.train_dataloader(), steps, warmup=3,
                                                      count_flops=False)
     print(json.dumps({"data": cfg.data.name, "batch_size": datamodule.batch_size, "threads": torch.get_num_threads(),
+                      "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
                       "hardware": hardware_string().split(", torch threads")[0],
                       "examples": examples, "seconds": round(seconds, 3)}))
 
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--busy", nargs="+", type=int, default=[0, 1], help="numbers of busy cores to measure under")
     parser.add_argument("--threads", nargs="+", type=int, help="thread counts (default: 1 and every core)")
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), help="OMP_WAIT_POLICY values (default: unset)")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per measurement")
     parser.add_argument("--out", type=Path, help="default: results/threads_under_load.csv")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
             for threads in thread_counts:
-                for policy in POLICIES:
+                for policy in args.policies:
                     report = measure(threads, policy, args.steps, overrides)
                     speed = report["examples"] / report["seconds"]
                     if busy == 0:
