@@ -7,8 +7,9 @@ should use (zoo/threads.py).
 
 For each number of busy cores (``--busy``: processes spinning in a Python loop, started before and stopped after the
 measurements) and each thread count (``--threads``) under each wait policy (``--policies``: OpenMP's default,
-unset, and ``PASSIVE``, the zoo's choice, unless told others; ``GOMP_SPINCOUNT`` passes through and is recorded), a fresh process trains the seq2seq backbone for ``--steps`` optimiser steps on the
-run's length-bucketed batches, after a few untimed ones, and reports examples/s. A fresh process per measurement,
+unset, and ``PASSIVE``, the zoo's choice, unless told others; ``GOMP_SPINCOUNT`` passes through and is
+recorded), a fresh process trains the seq2seq backbone for ``--steps`` optimiser steps on the run's
+length-bucketed batches, after a few untimed ones, and reports examples/s. A fresh process per measurement,
 because OpenMP reads the policy once, when it starts.
 
 ``share_of_idle`` is a row's examples/s over the same threads and policy with no busy core; ``fair_share`` is the

@@ -3,13 +3,13 @@ to other processes and no more (issue 25, item 14; measured by ``benchmarks/thre
 
 torch runs each parallel operation on OpenMP threads. Under OpenMP's default wait policy a thread that finishes its
 share early spins at the barrier for the others; when another process holds one of the cores, the spinning thread
-burns the time slice the working thread needs, and a 2-thread run on 2 cores with one other busy process trained
-25x slower than a 1-thread run on the same load. With ``OMP_WAIT_POLICY=PASSIVE`` a waiting thread sleeps instead.
-On 2 cores with one busy (``benchmarks/threads_under_load.py``,
-``results/threads_under_load.csv``) a 2-thread run kept 92% of its idle speed with ``PASSIVE`` and 31-33% under
+burns the time slice the working thread needs (issue 25 measured a 2-thread run 25x slower than a 1-thread run on
+the same load). With ``OMP_WAIT_POLICY=PASSIVE`` a waiting thread sleeps instead. On 2 cores with one busy
+(``results/threads_under_load.csv``) a 2-thread run kept 92% of its idle speed with ``PASSIVE`` and 31-33% under
 the default and ``ACTIVE`` policies; idle, ``PASSIVE`` costs the second core's gain (649 against 862 examples/s),
-which a dedicated machine gets back with ``OMP_WAIT_POLICY=ACTIVE``. OpenMP reads the policy once, when it starts (at the first ``import torch``), so the entry points call
-``use_passive_waiting()`` before importing torch. A user's own ``OMP_WAIT_POLICY`` is kept.
+which a dedicated machine gets back with ``OMP_WAIT_POLICY=ACTIVE``. OpenMP reads the policy once, when it starts
+(at the first ``import torch``), so the entry points call ``use_passive_waiting()`` before importing torch. A
+user's own ``OMP_WAIT_POLICY`` is kept.
 
 The thread count stays torch's default (one per core, or ``OMP_NUM_THREADS``), except in ``benchmarks/ir_grid.py``,
 which gives each of its parallel jobs ``threads_per_job(workers)`` so that the jobs do not oversubscribe the cores.
