@@ -87,6 +87,11 @@ class DataFormatError(ValueError):
         super().__init__(f"{where}: malformed data{': ' + detail if detail else ''}; expected {expected}")
 
 
+# What reading a dataset raises for a fault of the data or its options, not of the code: every command says it in
+# one line (zoo.train.USER_ERRORS and the command-line tools catch this one tuple).
+DATA_ERRORS = (MissingDataError, DataFormatError, DataConfigError)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Registration with alternative layouts
 # ----------------------------------------------------------------------------------------------------------------

@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    from datamodules import DataConfigError, DataFormatError, MissingDataError, ParsingDataModule
+    from datamodules import DATA_ERRORS, ParsingDataModule
     from zoo import subsample_suffix
     from zoo.registry import RegistryError, get_dataset
     from zoo.results import ResultsFileError, check_appendable, runs_file
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
                    **template_recalls(datamodule.train, datamodule.val, get_formalism(formalism), args.k)}
             record_template_recall(args.results, row)
             print(", ".join(f"{key} {value}" for key, value in row.items()))
-    except (ResultsFileError, RegistryError, OptionError, DataConfigError, MissingDataError, DataFormatError) as e:
+    except (ResultsFileError, RegistryError, OptionError, *DATA_ERRORS) as e:
         sys.exit(f"error: {e}")
 
 

@@ -24,7 +24,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from datamodules import DataConfigError, DataFormatError, MissingDataError
+from datamodules import DATA_ERRORS
 from zoo.download import DownloadError
 from zoo.ir import UnsupportedIRError
 from zoo.options import OptionError, check_options
@@ -46,7 +46,7 @@ class RunConfigError(ValueError):
 # Mistakes in the command or the data, and data.download=true failing (offline): what benchmarks/run.py, and the
 # benchmarks that build a run's data and model, say in one message, without a traceback.
 USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
-               UnsupportedIRError, RetrievalError, MissingDataError, DataFormatError, DataConfigError, DownloadError)
+               UnsupportedIRError, RetrievalError, DownloadError, *DATA_ERRORS)
 
 
 class Throughput(Callback):

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                         "dataset split (default: beside $ZOO_RESULTS, else results/formalisms.csv; '' to write none)")
     args = parser.parse_args(argv)
 
-    from datamodules import DataConfigError, DataFormatError, MissingDataError
+    from datamodules import DATA_ERRORS
     from zoo.registry import RegistryError, load_all
 
     try:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.datasets:
         try:
             header, reports = verify_dataset(name, args.root, progress=sys.stderr.isatty())
-        except (RegistryError, MissingDataError, DataFormatError, DataConfigError) as e:  # said; the next goes on
+        except (RegistryError, *DATA_ERRORS) as e:  # said; the next goes on
             print(f"{name}: {e}", file=sys.stderr)
             failed = True
             continue

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                               "(default: beside $ZOO_RESULTS, else results/ir_verify.csv; '' to write none)")
     args = parser.parse_args(argv)
 
-    from datamodules import DataConfigError, DataFormatError, MissingDataError
+    from datamodules import DATA_ERRORS
     from zoo.registry import RegistryError, load_all
 
     try:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for dataset in args.data:
         try:
             lines, row, failures = verify(args.ir, dataset, args.root, args.definition)
-        except (UnsupportedIRError, RegistryError, MissingDataError, DataFormatError, DataConfigError) as e:
+        except (UnsupportedIRError, RegistryError, *DATA_ERRORS) as e:
             print(f"{dataset}: {e}", file=sys.stderr)
             failed = True
             continue

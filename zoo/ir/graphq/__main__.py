@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
 
-    from datamodules import DataConfigError, DataFormatError, MissingDataError
+    from datamodules import DATA_ERRORS
     from zoo.ir import UnsupportedIRError, get_ir
     from zoo.registry import RegistryError, get_dataset
 
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows, disagreements = execute(args.data, args.sample, args.seed, args.noise_graphs, args.timeout_s,
                                           args.root)
-    except (RegistryError, UnsupportedIRError, MissingDataError, DataFormatError, DataConfigError) as e:
+    except (RegistryError, UnsupportedIRError, *DATA_ERRORS) as e:
         print(f"{args.data}: {e}", file=sys.stderr)
         return 1
     if args.command == "distance":
