@@ -5,7 +5,11 @@ by (model, variant, backbone, data, metric), averages over seeds and writes, ato
 
   leaderboard.csv  one row per group; metric values in percent (runs.csv stores fractions in [0, 1])
   LEADERBOARD.md   one table per dataset family, ours beside the published number of the same split
-  leaderboard.png  grouped bars per dataset, error bars = std over seeds, published numbers as markers
+  zoo.csv, ZOO.md, zoo.png, zoo_heatmap.png
+                   the headline table (one cell per method and split) and its figures: benchmarks/headline.py
+  index.html       all of it as one self-contained page: benchmarks/html_report.py
+
+Rebuilt from the repository's own results/runs.csv, it also puts the headline tables into README.md.
 
 The runs table is `$ZOO_RESULTS` where set (where benchmarks/run.py appends), else results/runs.csv, and the
 outputs go beside it. A table that cannot be read whole (a row that does not fit the header, an unclosed quote, a
@@ -26,7 +30,11 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import headline  # noqa: E402
+import html_report  # noqa: E402
+from headline import FAMILY_ORDER, family  # noqa: E402
 from zoo import split_variant  # noqa: E402
 from zoo.ir import row_definition  # noqa: E402
 from zoo.results import (RUN_KEYS, ResultsFileError, atomic_path, cell_error, fraction, read_rows,  # noqa: E402
@@ -37,18 +45,8 @@ KEYS = ["model", "variant", "backbone", "data", "metric", "protocol", "ir_defini
 PUBLISHED_COLUMNS = ["model", "variant", "backbone", "pretrained", "data", "metric", "value", "source"]
 # test_examples_per_s is a speed and test_threshold (GGD) the decoding threshold chosen on dev, not test metrics
 NOT_METRICS = ("_per_s", "_seconds", "_mb", "_threshold")
-# Display order of the Markdown tables; a data name belongs to the family of its longest matching prefix.
-FAMILIES = {"SCAN": ("scan_",), "SCAN-SP": ("scan_sp_",), "GeoQuery FunQL": ("geo_funql_",),
-            "Text-to-SQL": ("geo_sql_", "atis_sql_", "scholar_sql_", "sql_"), "CFQ": ("cfq_",), "COGS": ("cogs",)}
-
-
 class LeaderboardError(RuntimeError):
     """Nothing to put on a leaderboard (no runs.csv, or no usable row in it)."""
-
-
-def family(data: str) -> str:
-    matches = [(len(p), fam) for fam, prefixes in FAMILIES.items() for p in prefixes if data.startswith(p)]
-    return max(matches)[1] if matches else "Other"
 
 
 def read_runs(path: Path) -> pd.DataFrame:
@@ -74,7 +72,8 @@ def read_runs(path: Path) -> pd.DataFrame:
             print(f"{path}:{run.line}: no test metric has a value; row skipped", file=sys.stderr)
         for metric, value in values.items():
             records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
-                           "params", "train_seconds", "hardware", "protocol")}, "metric": metric, "value": value,
+                           "params", "train_seconds", "hardware", "protocol", "best_val", "time", "git_commit",
+                           "run_dir")}, "metric": metric, "value": value,
                             # runs of the two IR definitions (zoo/ir/__init__.py) are apart
                             "ir_definition": row_definition(split_variant(run["variant"])[0],
                                                             run.get("ir_definition"))})
@@ -96,14 +95,16 @@ def read_published(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
-def _published(row: pd.Series, published: pd.DataFrame) -> tuple[float | None, str]:
-    if row["data"].endswith("_partial"):
+def published_number(published: pd.DataFrame, model: str, variant: str, backbone: str, data: str,
+                     metric: str) -> tuple[float | None, str]:
+    """The published number of (model, variant, data, metric) by the join rule above, and its source."""
+    if data.endswith("_partial"):
         return None, ""
-    same = published[(published["model"] == row["model"]) & (published["variant"] == row["variant"])
-                     & (published["data"] == row["data"]) & (published["metric"] == row["metric"])]
+    same = published[(published["model"] == model) & (published["variant"] == variant)
+                     & (published["data"] == data) & (published["metric"] == metric)]
     if same.empty:
         return None, ""
-    best = same[same["backbone"] == row["backbone"]]
+    best = same[same["backbone"] == backbone]
     hit = (best if not best.empty else same).iloc[0]
     how = f"{hit['backbone']}, {'pretrained' if hit['pretrained'] == 'yes' else 'from scratch'}"
     src = hit["source"]  # "gai2021 table 1 (no dev tuning)" -> "gai2021 table 1 (no dev tuning; lstm, from scratch)"
@@ -120,7 +121,8 @@ def aggregate(long: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
         hardware=("hardware", lambda s: "; ".join(sorted({h for h in s if h}))),
     ).reset_index()
     board[["mean", "std", "train_minutes"]] = board[["mean", "std", "train_minutes"]].round(1)
-    joined = [_published(r, published) for _, r in board.iterrows()]
+    joined = [published_number(published, *r) for r in
+              board[["model", "variant", "backbone", "data", "metric"]].itertuples(index=False)]
     after_seeds = len(KEYS) + 3  # after mean, std, seeds
     board.insert(after_seeds, "published", [p for p, _ in joined])
     board.insert(after_seeds + 1, "published_source", [s for _, s in joined])
@@ -140,7 +142,7 @@ def to_markdown(board: pd.DataFrame) -> str:
            "(same backbone when the paper has one, otherwise the paper's backbone is named in **Source**). "
            "**Params** is the median parameter count, **Train min** the mean training time in minutes.", ""]
     fams = board["data"].map(family)
-    for fam in [*FAMILIES, "Other"]:
+    for fam in FAMILY_ORDER:
         part = board[fams == fam]
         if part.empty:
             continue
@@ -161,60 +163,40 @@ def to_markdown(board: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def plot(board: pd.DataFrame, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    order = [*FAMILIES, "Other"]
-    cats = sorted({(d, m) for d, m in zip(board["data"], board["metric"])},
-                  key=lambda c: (order.index(family(c[0])), c))
-    series = sorted({(m, v, b) for m, v, b in zip(board["model"], board["variant"], board["backbone"])})
-    board = board.assign(cat=list(zip(board["data"], board["metric"])),
-                         series=list(zip(board["model"], board["variant"], board["backbone"])))
-    width = 0.8 / board.groupby("cat").size().max()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cats) + 3), 4.5))
-    labelled = set()
-    for x0, cat in enumerate(cats):
-        bars = board[board["cat"] == cat].sort_values("series")
-        for k, (_, r) in enumerate(bars.iterrows()):  # only the series measured here share the slot, centred
-            x, i = x0 + (k - (len(bars) - 1) / 2) * width, series.index(r["series"])
-            std = 0.0 if pd.isna(r["std"]) else r["std"]
-            err = [[min(std, r["mean"])], [min(std, 100 - r["mean"])]]  # clipped to the metric's range
-            label = "/".join(r["series"]) if r["series"] not in labelled else None
-            ax.bar(x, r["mean"], width, yerr=err, capsize=3, color=f"C{i % 10}", label=label)
-            labelled.add(r["series"])
-            if pd.notna(r["published"]):
-                ax.plot(x, r["published"], "kD", markersize=5, label=None if "pub" in labelled else "published")
-                labelled.add("pub")
-    rotate = len(cats) > 4  # long split names overlap beyond a few bars
-    ax.set_xticks(range(len(cats)), [f"{d}\n{m}" for d, m in cats], fontsize=8, rotation=30 if rotate else 0,
-                  ha="right" if rotate else "center", rotation_mode="anchor")
-    ax.set_xlim(-0.6, len(cats) - 0.4)
-    ax.set_ylabel("test metric (%)")
-    ax.set_ylim(0, 105)
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(*zip(*sorted(zip(handles, labels), key=lambda hl: (hl[1] == "published", hl[1]))), fontsize=8,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), title="model/variant/backbone")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=120)
-    plt.close(fig)
-
-
-def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.csv", out_dir=None):
-    """Write leaderboard.csv, LEADERBOARD.md and leaderboard.png into out_dir (default: the folder of runs_csv);
+def build_leaderboard(runs_csv, published_csv=ROOT / "benchmarks" / "published.csv", out_dir=None,
+                      readme: Path | None = None):
+    """Write leaderboard.csv, LEADERBOARD.md, zoo.csv, ZOO.md, zoo.png, zoo_heatmap.png and index.html into out_dir
+    (default: the folder of runs_csv), and the headline tables into ``readme`` between its markers where given;
     return the leaderboard table."""
     long = read_runs(Path(runs_csv))  # raises before anything is written
-    board = aggregate(long, read_published(Path(published_csv)))
+    published = read_published(Path(published_csv))
+    board = aggregate(long, published)
+    seeds = headline.seed_values(long)
+    table = headline.headline(seeds, lambda *key: published_number(published, *key))
     out = Path(out_dir) if out_dir is not None else Path(runs_csv).parent
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "leaderboard.csv") as tmp:
         board.to_csv(tmp, index=False)
     with atomic_path(out / "LEADERBOARD.md") as tmp:
         tmp.write_text(to_markdown(board), encoding="utf-8")
-    with atomic_path(out / "leaderboard.png") as tmp:
-        plot(board, tmp)
+    with atomic_path(out / "zoo.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    zoo_md = headline.to_markdown(table)
+    with atomic_path(out / "ZOO.md") as tmp:
+        tmp.write_text(zoo_md, encoding="utf-8")
+    figures = [out / "zoo.png", out / "zoo_heatmap.png"]
+    for figure, draw in zip(figures, (lambda path: headline.plot_families(table, seeds, path),
+                                      lambda path: headline.plot_heatmap(table, path))):
+        if table.empty:  # (only smoke runs) no figure rather than an earlier one
+            figure.unlink(missing_ok=True)
+            continue
+        with atomic_path(figure) as tmp:
+            draw(tmp)
+    with atomic_path(out / "index.html") as tmp:
+        tmp.write_text(html_report.to_html(table, seeds, [f for f in figures if f.is_file()], out, ROOT),
+                       encoding="utf-8")
+    if readme is not None:
+        headline.update_readme(readme, zoo_md)
     return board
 
 
@@ -226,12 +208,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.runs = args.runs or runs_file()
     args.out = args.out or args.runs.parent
+    own = (args.runs.resolve(), args.out.resolve()) == ((ROOT / "results" / "runs.csv").resolve(),
+                                                        (ROOT / "results").resolve())
+    readme = ROOT / "README.md" if own else None  # the front page follows the repository's own results only
     try:
-        board = build_leaderboard(args.runs, args.published, args.out)
+        board = build_leaderboard(args.runs, args.published, args.out, readme)
     except (LeaderboardError, ResultsFileError) as e:
         print(f"leaderboard: {e}", file=sys.stderr)
         return 1
-    print(f"leaderboard: {len(board)} rows -> {args.out}/leaderboard.csv, LEADERBOARD.md, leaderboard.png")
+    print(f"leaderboard: {len(board)} rows -> {args.out}/: leaderboard.csv, LEADERBOARD.md, zoo.csv, ZOO.md, "
+          f"zoo.png, zoo_heatmap.png, index.html{'; README.md headline table' if readme else ''}")
     return 0
 
 

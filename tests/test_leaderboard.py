@@ -86,8 +86,8 @@ def test_markdown_and_plot(built):
     assert "## SCAN" in md and "## CFQ" in md and "## COGS" not in md
     assert "benchmarks/run.py" in md and "results/runs.csv" in md
     assert "| scan_length | seq2seq | baseline | t5-mini-scratch | exact_match | 20.0 ± 10.0 | 3 | 14.5 |" in md
-    png = out / "leaderboard.png"
-    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in (out / "zoo.png", out / "zoo_heatmap.png"):
+        assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
