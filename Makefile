@@ -1,5 +1,5 @@
 # The two commands of the README:
-#   make run    installs everything into .venv and runs the main job (ARGS= overrides it)
+#   make run    installs everything into .venv and runs the main job (ARGS= overrides it), downloading missing data
 #   make test   installs everything into .venv and runs the test suite (what .ci/run calls)
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(VENV)/bin/python benchmarks/run.py $(ARGS)
+	$(VENV)/bin/python benchmarks/run.py data.download=true $(ARGS)
 
 test: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest $(PYTEST_ARGS)

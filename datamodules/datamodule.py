@@ -244,10 +244,14 @@ class ParsingDataModule(L.LightningDataModule):
         except MissingDataError as missing:
             if not self.download:
                 raise
-            from zoo.download import download
+            from zoo.download import DownloadError, download
 
-            log.info("%s", missing)
-            download(self.name, self.root, files=[str(p.relative_to(self.root)) for p in missing.missing])
+            log.info("%s\ndata.download=true: downloading them", missing)
+            try:
+                download(self.name, self.root, files=[str(p.relative_to(self.root)) for p in missing.missing])
+            except DownloadError as failed:  # offline, or a file that did not verify: say what to do instead
+                raise DownloadError(f"data.download=true could not fetch {self.name!r} into {self.root} ({failed}); "
+                                    f"without network, copy the files listed above there") from failed
             check_files(self.spec, self.root)
 
     def setup(self, stage: str | None = None) -> None:
