@@ -233,7 +233,7 @@ README_START, README_END = "<!-- zoo.md: start -->", "<!-- zoo.md: end -->"
 
 
 def update_readme(readme, zoo_md: str) -> None:
-    """Put ZOO.md's tables (without its title) between the README's two markers; a README without both is an
+    """Put ZOO.md's tables between the README's two markers; a README without both is an
     error naming it, so that the front page never silently stops following the results."""
     from zoo.results import atomic_path
 
@@ -241,7 +241,8 @@ def update_readme(readme, zoo_md: str) -> None:
     if README_START not in text or README_END not in text:
         raise ValueError(f"{readme}: no {README_START} ... {README_END} block to put the headline table in")
     head, rest = text.split(README_START, 1)
-    body = zoo_md.split("\n", 2)[2].replace("\n## ", "\n#### ")  # no title; its families under the README's
+    # the tables without ZOO.md's title and introduction (the README has its own), families under its section
+    body = zoo_md[zoo_md.find("\n## "):].replace("\n## ", "\n### ") if "\n## " in zoo_md else ""
     with atomic_path(readme) as tmp:
         tmp.write_text(f"{head}{README_START}\n{body.strip()}\n{README_END}{rest.split(README_END, 1)[1]}",
                        encoding="utf-8")

@@ -35,6 +35,14 @@ document.querySelectorAll("table.sortable th").forEach(function (th, column) {
     }).forEach(function (row) { body.appendChild(row); });
   });
 });
+// a link to a cell's runs opens the (closed) lists it sits in
+function openTarget() {
+  for (var el = document.getElementById(location.hash.slice(1)); el; el = el.parentElement) {
+    if (el.tagName === "DETAILS") { el.open = true; }
+  }
+}
+window.addEventListener("hashchange", openTarget);
+openTarget();
 document.body.dataset.sortable = "ready";
 """
 
@@ -45,7 +53,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-a
 th { background: #f2f2f2; cursor: pointer; } th:first-child, td:first-child { text-align: left; }
 th[data-order=descending]::after { content: " \\25BC"; } th[data-order=ascending]::after { content: " \\25B2"; }
 td .paper { color: #666; font-style: italic; font-size: 12px; } a { color: #1a5fb4; text-decoration: none; }
-img { max-width: 100%; } details { margin: 0.2em 0; } details table { font-size: 12px; }
+img { max-width: 100%; } details { margin: 0.2em 0 0.2em 1em; } details table { font-size: 12px; }
 """
 
 
@@ -102,6 +110,7 @@ def to_html(table: pd.DataFrame, seeds: pd.DataFrame, figures: list[Path], page_
                               for _, s in runs.iterrows()) + "</table></details>")
             parts.append(f"<tr><td>{esc(label)}</td>"
                          + "".join(cells.get(s, '<td data-value=""></td>') for s in splits) + "</tr>")
-        parts += ["</tbody></table>", *details]
+        parts += ["</tbody></table>", f"<details><summary>The runs behind each cell ({len(details)})</summary>",
+                  *details, "</details>"]
     parts += ["<h2>Figures</h2>", *(_png(f) for f in figures), f"<script>{SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts)

@@ -1,7 +1,7 @@
 """What every dataset reader shares: the data root, clear errors, and line/JSON reading helpers.
 
 Readers are plain functions ``reader(root) -> {"train": [...], "dev": [...], "test": [...]}`` registered with
-``zoo.registry.register_dataset`` (DESIGN.md, Contracts). They read the public release layout as it lies under the
+``zoo.registry.register_dataset`` (docs/DESIGN.md, Contracts). They read the public release layout as it lies under the
 data root (see ``../shared/data/README.md`` for the local mirror) and report a missing file or a malformed line in
 words a user can act on: which file, which line, what was expected, and how to get the data.
 """

@@ -1,4 +1,4 @@
-"""``ParsingDataModule``: the one LightningDataModule behind every dataset of the zoo (DESIGN.md, Contracts).
+"""``ParsingDataModule``: the one LightningDataModule behind every dataset of the zoo (docs/DESIGN.md, Contracts).
 
 It looks a dataset up in the registry, reads it through the registered reader, makes a validation set where the
 dataset has none (a seeded slice held out of train), and serves batches that the model's featurizer encodes lazily.
@@ -80,7 +80,7 @@ def hold_out(examples: list[Example], fraction: float, seed: int) -> tuple[list[
 
 
 class Featurizer(Protocol):
-    """What the datamodule needs of a model's featurizer (the full contract is in DESIGN.md)."""
+    """What the datamodule needs of a model's featurizer (the full contract is in docs/DESIGN.md)."""
 
     def encode(self, example: Example) -> Any: ...
 

@@ -135,7 +135,7 @@ def test_readme_block_is_replaced_and_a_readme_without_it_is_an_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{headline.README_START}\nold\n{headline.README_END}\nrest\n")
     headline.update_readme(readme, "# The zoo's headline table\n\nnote\n\n## SCAN\n\n| a |\n")
-    assert readme.read_text() == f"intro\n{headline.README_START}\nnote\n\n#### SCAN\n\n| a |\n{headline.README_END}\nrest\n"
+    assert readme.read_text() == f"intro\n{headline.README_START}\n### SCAN\n\n| a |\n{headline.README_END}\nrest\n"
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="README.md: no <!-- zoo.md: start -->"):
         headline.update_readme(readme, "# t\n\nx\n")

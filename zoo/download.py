@@ -1,6 +1,6 @@
 """Fetch the public benchmark files into the data root, verified by SHA-256.
 
-Loaders read the public layout under the data root (DESIGN.md, "Datasets"); on a fresh machine those files are
+Loaders read the public layout under the data root (docs/DESIGN.md, "Datasets"); on a fresh machine those files are
 missing and this module puts them there. Every file comes from the upstream source recorded in
 ``shared/data/*/PROVENANCE.md``, pinned to a commit, so a fresh download is byte-for-byte the local mirror and the
 catalog's hashes are the mirror's hashes (``tests/test_download.py`` checks them against it).
@@ -271,7 +271,7 @@ def family_of(name: str) -> str:
 
 
 def default_root() -> Path:
-    """``$ZOO_DATA``, else ``<checkout>/data`` (git-ignored), as in DESIGN.md."""
+    """``$ZOO_DATA``, else ``<checkout>/data`` (git-ignored), as in docs/DESIGN.md."""
     return Path(os.environ.get("ZOO_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 

@@ -1,4 +1,4 @@
-"""The shared model base (DESIGN.md, Contracts): ``Featurizer`` and ``Parser``.
+"""The shared model base (docs/DESIGN.md, Contracts): ``Featurizer`` and ``Parser``.
 
 A model implements ``training_step`` (its loss) and ``parse(batch) -> list[str]``; validation, testing,
 prediction, metrics, collected predictions and checkpointed featurizer state live here, once.

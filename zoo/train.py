@@ -1,4 +1,4 @@
-"""One training run, as ``benchmarks/run.py`` drives it (DESIGN.md, "The flow of one run").
+"""One training run, as ``benchmarks/run.py`` drives it (docs/DESIGN.md, "The flow of one run").
 
 Resolve names (fail before any work) -> read data -> fit the featurizer and build the model -> train with
 best/last checkpoints -> test the best checkpoint -> write ``predictions.jsonl`` and one row of

@@ -1,4 +1,4 @@
-"""The ``Formalism`` contract: what a program *is* for one program language (DESIGN.md, Contracts).
+"""The ``Formalism`` contract: what a program *is* for one program language (docs/DESIGN.md, Contracts).
 
 Every metric goes through a formalism, so an unparsable prediction becomes a ``FormalismError`` that the
 metric scores as wrong instead of a crash.
