@@ -11,8 +11,8 @@ A method is model + variant (without its subsample suffix) + backbone, and, for 
 (zoo/ir/__init__.py). A split is the dataset, plus the subsample a run trained on where it did not use the whole
 split (``cfq_mcd1 · train20000-eval2000``): such a column is not the benchmark and gets no published number.
 
-What stays out: smoke runs (``debug=smoke`` sets ``protocol: smoke``; it also writes to the run directory, never to
-results/runs.csv), the stage metrics of multi-stage runs (``test_stage1_*``), and every metric but the dataset's
+What stays out: smoke runs (their rows say ``smoke``; ``debug=smoke`` writes them to the run directory, never to
+results/runs.csv, unless ``results_file=`` asks), the stage metrics of multi-stage runs (``test_stage1_*``), and every metric but the dataset's
 primary one: denotation accuracy where the dataset's programs execute (some run of it reports ``test_denotation``),
 else exact match. Probes live in results/probes.csv, which is not read. When a method ran on a split under several
 protocols (experiment configs with different budgets), the cell shows one: the protocol with the best mean
@@ -29,7 +29,6 @@ from zoo import split_variant
 FAMILIES = {"SCAN": ("scan_",), "SCAN-SP": ("scan_sp_",), "GeoQuery FunQL": ("geo_funql_",),
             "Text-to-SQL": ("geo_sql_", "atis_sql_", "scholar_sql_", "sql_"), "CFQ": ("cfq_",), "COGS": ("cogs",)}
 FAMILY_ORDER = [*FAMILIES, "Other"]
-EXCLUDED_PROTOCOLS = ("smoke",)
 METHOD_KEYS = ["model", "method", "backbone", "ir_definition"]
 CELL_KEYS = METHOD_KEYS + ["data", "subsample", "split"]
 DIRTY = "†"
@@ -55,7 +54,7 @@ def primary_metrics(long: pd.DataFrame) -> dict[str, str]:
 def seed_values(long: pd.DataFrame) -> pd.DataFrame:
     """The long table's rows that the headline reads: each run's primary metric, with method, subsample and split
     columns."""
-    runs = long[~long["protocol"].isin(EXCLUDED_PROTOCOLS)]
+    runs = long[long["smoke"].astype(str) != "True"]
     runs = runs[runs["metric"] == runs["data"].map(primary_metrics(runs))].copy()
     methods = runs["variant"].map(split_variant)
     runs["method"], runs["subsample"] = methods.str[0], methods.str[1]

@@ -73,7 +73,7 @@ def read_runs(path: Path) -> pd.DataFrame:
         for metric, value in values.items():
             records.append({**{k: run.get(k, "") for k in ("model", "variant", "backbone", "data", "seed",
                            "params", "train_seconds", "hardware", "protocol", "best_val", "time", "git_commit",
-                           "run_dir")}, "metric": metric, "value": value,
+                           "run_dir", "smoke")}, "metric": metric, "value": value,
                             # runs of the two IR definitions (zoo/ir/__init__.py) are apart
                             "ir_definition": row_definition(split_variant(run["variant"])[0],
                                                             run.get("ir_definition"))})

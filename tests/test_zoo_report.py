@@ -6,7 +6,7 @@ benchmarks/leaderboard.py, on a synthetic runs.csv and published.csv whose numbe
   (better validation) although ``short`` tested higher. The published table has 33.7 exact match for it only.
 - seq2seq/rir/bart on geo_sql_template, seed 1 at 0.25 from a dirty tree, with a stage-1 metric of 0.99.
 - seq2seq/rir-train20000-eval2000 on cfq_mcd1: a subsample column, no published number though cfq_mcd1 has one.
-- a smoke run (protocol smoke) at 1.0: left out.
+- a smoke run (its row's smoke column True) at 1.0: left out.
 """
 import csv
 import html.parser
@@ -27,15 +27,15 @@ _spec.loader.exec_module(leaderboard)
 import headline  # noqa: E402
 
 HEADER = ["time", "git_commit", "model", "variant", "backbone", "data", "seed", "test_exact_match", "test_denotation",
-          "test_stage1_exact_match", "best_val", "protocol", "run_dir"]
+          "test_stage1_exact_match", "best_val", "protocol", "run_dir", "smoke"]
 PUBLISHED = [["model", "variant", "backbone", "pretrained", "params", "data", "metric", "value", "source"],
              ["seq2seq", "baseline", "t5-small", "no", "60M", "geo_sql_template", "exact_match", "33.7", "paper t4"],
              ["seq2seq", "rir", "t5-small", "no", "60M", "cfq_mcd1", "exact_match", "22.6", "paper t4"]]
 
 
-def run(variant, data, seed, em, den, val, protocol, commit="abc", stage1="", time="2026-01-01T00:00:00"):
+def run(variant, data, seed, em, den, val, protocol, commit="abc", stage1="", time="2026-01-01T00:00:00", smoke=""):
     return [time, commit, "seq2seq", variant, "bart-mini-scratch", data, seed, em, den, stage1, val, protocol,
-            f"runs/seq2seq-{variant}/{data}/seed{seed}"]
+            f"runs/seq2seq-{variant}/{data}/seed{seed}", smoke]
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def built(tmp_path):
     rows += [run("baseline", "geo_sql_template", 1, "0.8", "0.9", "0.20", "short", time="2026-02-01T00:00:00"),
              run("rir", "geo_sql_template", 1, "0.2", "0.25", "0.3", "grid", commit="def-dirty", stage1="0.99"),
              run("rir-train20000-eval2000", "cfq_mcd1", 1, "0.125", "", "0.1", "grid"),
-             run("baseline", "scan_length", 1, "1.0", "", "1.0", "smoke")]
+             run("baseline", "scan_length", 1, "1.0", "", "1.0", "grid", smoke="True")]
     for name, table in (("runs.csv", [HEADER, *rows]), ("published.csv", PUBLISHED)):
         with open(tmp_path / name, "w", newline="") as f:
             csv.writer(f).writerows(table)

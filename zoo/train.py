@@ -294,8 +294,11 @@ def run_variant(cfg: DictConfig) -> str:
 
 
 def record(cfg: DictConfig, run_dir: Path, row: dict[str, Any]) -> None:
-    """Append ``row``, with the free-form columns the config sets (``note``, ``protocol``), to the results file."""
+    """Append ``row``, with the free-form columns the config sets (``note``, ``protocol``), to the results file; a
+    ``debug=smoke`` row says so (``smoke``), so that the headline table leaves it out wherever it was written."""
     row.update({key: str(cfg[key]) for key in ("note", "protocol") if cfg.get(key)})
+    if cfg.get("smoke"):
+        row["smoke"] = True
     append_row(results_path(cfg, run_dir), row)
 
 
