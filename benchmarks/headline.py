@@ -14,7 +14,8 @@ split (``cfq_mcd1 · train20000-eval2000``): such a column is not the benchmark 
 What stays out: smoke runs (their rows say ``smoke``; ``debug=smoke`` writes them to the run directory, never to
 results/runs.csv, unless ``results_file=`` asks), the stage metrics of multi-stage runs (``test_stage1_*``), and every metric but the dataset's
 primary one: denotation accuracy where the dataset's programs execute (some run of it reports ``test_denotation``),
-else exact match. Probes live in results/probes.csv, which is not read. When a method ran on a split under several
+else exact match, and the cells of a superseded backbone (``SUPERSEDED``) where its replacement measured the same
+method on the same split. Probes live in results/probes.csv, which is not read. When a method ran on a split under several
 protocols (experiment configs with different budgets), the cell shows one: the protocol with the best mean
 *validation* metric (``best_val``; ties: more seeds, then the newest row), never chosen on test. A cell holding a
 run from a working tree with uncommitted changes (``git_commit`` ending in ``-dirty``) is marked †.
@@ -32,6 +33,9 @@ FAMILY_ORDER = [*FAMILIES, "Other"]
 METHOD_KEYS = ["model", "method", "backbone", "ir_definition"]
 CELL_KEYS = METHOD_KEYS + ["data", "subsample", "split"]
 DIRTY = "†"
+# A from-scratch backbone the zoo replaced (issue 23: T5 mini did not converge on 2 CPU cores; BART at its sizes
+# does): its cells give way to the replacement's wherever both measured the same method on the same split.
+SUPERSEDED = {"t5-mini-scratch": "bart-mini-scratch"}
 
 
 def family(data: str) -> str:
@@ -60,7 +64,10 @@ def seed_values(long: pd.DataFrame) -> pd.DataFrame:
     runs["method"], runs["subsample"] = methods.str[0], methods.str[1]
     runs["split"] = runs["data"] + runs["subsample"].map(lambda s: f" · {s}" if s else "")
     runs["method_label"] = [method_label(*r) for r in runs[METHOD_KEYS].itertuples(index=False)]
-    return runs
+    measured = set(runs[["model", "method", "backbone", "split"]].itertuples(index=False, name=None))
+    replaced = [(model, method, SUPERSEDED.get(backbone), split) in measured for model, method, backbone, split
+                in runs[["model", "method", "backbone", "split"]].itertuples(index=False, name=None)]
+    return runs[[not r for r in replaced]]
 
 
 COLUMNS = [*CELL_KEYS, "method_label", "metric", "protocol", "mean", "std", "seeds", "published", "published_metric",

@@ -17,9 +17,9 @@ from headline import DIRTY, cell_text, family_splits, paper_text
 
 # Sorting: each sortable cell carries its number in data-value (empty cells sort last either way).
 SCRIPT = """
-document.querySelectorAll("table.sortable th").forEach(function (th, column) {
+document.querySelectorAll("table.sortable th").forEach(function (th) {
   th.addEventListener("click", function () {
-    var table = th.closest("table"), body = table.tBodies[0];
+    var table = th.closest("table"), body = table.tBodies[0], column = th.cellIndex;
     var descending = th.dataset.order !== "descending";
     table.querySelectorAll("th").forEach(function (other) { delete other.dataset.order; });
     th.dataset.order = descending ? "descending" : "ascending";

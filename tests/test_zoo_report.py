@@ -7,6 +7,8 @@ benchmarks/leaderboard.py, on a synthetic runs.csv and published.csv whose numbe
 - seq2seq/rir/bart on geo_sql_template, seed 1 at 0.25 from a dirty tree, with a stage-1 metric of 0.99.
 - seq2seq/rir-train20000-eval2000 on cfq_mcd1: a subsample column, no published number though cfq_mcd1 has one.
 - a smoke run (its row's smoke column True) at 1.0: left out.
+- seq2seq/baseline on geo_sql_template with the superseded t5-mini-scratch backbone: left out (bart measured it);
+  seq2seq/rir/t5-mini-scratch on scan_length at 0.05 stays (nothing replaced it there).
 """
 import csv
 import html.parser
@@ -33,8 +35,9 @@ PUBLISHED = [["model", "variant", "backbone", "pretrained", "params", "data", "m
              ["seq2seq", "rir", "t5-small", "no", "60M", "cfq_mcd1", "exact_match", "22.6", "paper t4"]]
 
 
-def run(variant, data, seed, em, den, val, protocol, commit="abc", stage1="", time="2026-01-01T00:00:00", smoke=""):
-    return [time, commit, "seq2seq", variant, "bart-mini-scratch", data, seed, em, den, stage1, val, protocol,
+def run(variant, data, seed, em, den, val, protocol, commit="abc", stage1="", time="2026-01-01T00:00:00", smoke="",
+        backbone="bart-mini-scratch"):
+    return [time, commit, "seq2seq", variant, backbone, data, seed, em, den, stage1, val, protocol,
             f"runs/seq2seq-{variant}/{data}/seed{seed}", smoke]
 
 
@@ -45,7 +48,9 @@ def built(tmp_path):
     rows += [run("baseline", "geo_sql_template", 1, "0.8", "0.9", "0.20", "short", time="2026-02-01T00:00:00"),
              run("rir", "geo_sql_template", 1, "0.2", "0.25", "0.3", "grid", commit="def-dirty", stage1="0.99"),
              run("rir-train20000-eval2000", "cfq_mcd1", 1, "0.125", "", "0.1", "grid"),
-             run("baseline", "scan_length", 1, "1.0", "", "1.0", "grid", smoke="True")]
+             run("baseline", "scan_length", 1, "1.0", "", "1.0", "grid", smoke="True"),
+             run("baseline", "geo_sql_template", 1, "0.9", "0.95", "0.9", "old", backbone="t5-mini-scratch"),
+             run("rir", "scan_length", 1, "0.05", "", "0.1", "old", backbone="t5-mini-scratch")]
     for name, table in (("runs.csv", [HEADER, *rows]), ("published.csv", PUBLISHED)):
         with open(tmp_path / name, "w", newline="") as f:
             csv.writer(f).writerows(table)
@@ -75,13 +80,15 @@ def test_headline_cells_chosen_on_validation_with_seed_spread_and_paper(built):
     sub = cell(table, "rir", "cfq_mcd1 · train20000-eval2000")
     assert (sub["metric"], sub["mean"], sub["subsample"]) == ("exact_match", 12.5, "train20000-eval2000")
     assert pd.isna(sub["published"])  # a subsample is not the benchmark's split
-    assert len(table) == 3  # the smoke run and the stage-1 metric stay out
-    assert "scan_length" not in set(table["data"]) and set(table["metric"]) == {"denotation", "exact_match"}
+    old = cell(table, "rir", "scan_length")
+    assert (old["backbone"], old["mean"]) == ("t5-mini-scratch", 5.0)
+    assert len(table) == 4  # the smoke run, the replaced backbone's cell and the stage-1 metric stay out
+    assert set(table["metric"]) == {"denotation", "exact_match"}
 
 
 def test_headline_markdown(built):
     md = (built / "ZOO.md").read_text()
-    assert "## Text-to-SQL" in md and "## CFQ" in md and "## SCAN" not in md
+    assert "## Text-to-SQL" in md and "## CFQ" in md and "## SCAN\n" in md and "t5-mini-scratch | 5.0 (1) |" in md
     assert "| Method | geo_sql_template |" in md
     assert "| seq2seq · baseline · bart-mini-scratch | 60.0 ± 10.0 (3)<br>*paper 33.7 EM* |" in md
     assert "| seq2seq · rir (zoo IRs) · bart-mini-scratch | 25.0 (1)† |" in md
@@ -146,21 +153,23 @@ BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless browser (chromium) installed: apt-get install chromium")
 def test_the_table_sorts_in_a_real_browser(built, tmp_path):
-    """Chromium loads the page, runs its script, and a click on the split's header puts the higher mean first."""
-    page = tmp_path / "clicked.html"
-    click = ("<script>document.querySelectorAll('table.sortable')[0].querySelectorAll('th')[1].click();"
-             "</script></body>")
-    page.write_text((built / "index.html").read_text().replace("</body>", click))
-    dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
-    assert 'data-sortable="ready"' in dom
-    first_table = dom.split('class="sortable"')[1]
-    assert 'data-order="descending"' in first_table
-    assert first_table.index("seq2seq · baseline") < first_table.index("seq2seq · rir")
-    # and a second click reverses
-    page.write_text(page.read_text().replace("[1].click();", "[1].click();document.querySelectorAll("
-                                             "'table.sortable')[0].querySelectorAll('th')[1].click();"))
-    dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
-    first_table = dom.split('class="sortable"')[1]
-    assert first_table.index("seq2seq · rir") < first_table.index("seq2seq · baseline")
+    """Chromium loads the page and runs its script; a click on geo_sql_template's header puts the higher mean first,
+    a second click the lower."""
+    table = ("Array.from(document.querySelectorAll('table.sortable'))"
+             ".find(function (t) { return t.tHead.textContent.includes('geo_sql_template'); })")
+
+    def dom_after(clicks):
+        page = tmp_path / "clicked.html"
+        click = f"{table}.querySelectorAll('th')[1].click();" * clicks
+        page.write_text((built / "index.html").read_text().replace("</body>", f"<script>{click}</script></body>"))
+        dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert 'data-sortable="ready"' in dom
+        return next(part for part in dom.split('class="sortable"')[1:] if "geo_sql_template</th>" in part)
+
+    once = dom_after(1)
+    assert 'data-order="descending"' in once
+    assert once.index("seq2seq · baseline") < once.index("seq2seq · rir")
+    twice = dom_after(2)
+    assert 'data-order="ascending"' in twice
+    assert twice.index("seq2seq · rir") < twice.index("seq2seq · baseline")
