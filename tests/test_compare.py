@@ -151,6 +151,9 @@ def test_seeds_a_side_average_their_buckets():
     assert result["pooled"] == {"both_right": 10, "only_a": 16, "only_b": 6, "both_wrong": 8}
     assert len(result["pairs"]) == 4 and [p[3] for p in result["pairs"]] == pytest.approx([0.375, 0.375, 0.6875, 0.6875])  # 2 * 22 / 64
     assert result["n_only_a"] == 4 and result["n_only_b"] == 1  # right in every seed of one side, none of the other
+    nothing_right = np.zeros(10, dtype=bool)
+    against_nothing = compare.compare(*scan_runs([A, second], [nothing_right]))
+    assert against_nothing["n_only_a"] == 6  # "walk", right in one A seed of two, is not among them
 
 
 def test_denotation_is_the_metric_where_every_run_has_it():
