@@ -95,7 +95,8 @@ def resolve_runs(spec: str, runs_csv: Path) -> list[Run]:
     if path.is_dir():
         if (path / "predictions.jsonl").is_file():
             return [Run(_label(path), path / "predictions.jsonl", _data_of(path))]
-        seeds = sorted((d for d in path.iterdir() if SEED_DIR.fullmatch(d.name) and (d / "predictions.jsonl").is_file()),
+        seeds = sorted((d for d in path.iterdir()
+                        if SEED_DIR.fullmatch(d.name) and (d / "predictions.jsonl").is_file()),
                        key=lambda d: int(d.name[4:]))
         if seeds:
             return [Run(_label(d), d / "predictions.jsonl", _data_of(d)) for d in seeds]
@@ -469,7 +470,7 @@ def to_markdown(result: dict) -> str:
             out += [f"Right in every {side} run and wrong in every {other} run; predictions of the first run of each.",
                     ""]
         if not shown:
-            out.append("None.")
+            out.append("None." if total == 0 else "(none shown: --examples 0)")
             continue
         out += [f"| line | utterance | gold | {side} predicted | {other} predicted |", "|---|---|---|---|---|"]
         for e in shown:
@@ -480,7 +481,11 @@ def to_markdown(result: dict) -> str:
 
 
 def to_rows(result: dict) -> list[dict]:
-    """compare.csv: one tidy row per number (section, bucket, side, then what applies)."""
+    """compare.csv: one tidy row per number. ``section`` is overall, run, agreement, mcnemar, difference or a
+    bucketing's name; ``side`` A, B or A-B; ``n`` the examples (agreement: the count; mcnemar: the discordant
+    examples); ``correct`` the right predictions summed over the side's ``runs``; ``accuracy`` their mean and ``std``
+    its sample std over runs; ``estimate``, ``low``, ``high`` a difference A - B and its interval (fractions);
+    ``p_value`` a test's; ``template`` what a template bucket (T1..) stands for."""
     r, rows = result, []
     for side, runs, acc in (("A", r["runs_a"], r["acc_a"]), ("B", r["runs_b"], r["acc_b"])):
         rows.append({"section": "overall", "bucket": "all", "side": side, "runs": len(runs), "n": r["n"],
@@ -520,12 +525,14 @@ def plot(result: dict, path: Path) -> None:
                              squeeze=False)
     for ax, bucket in zip(axes[:, 0], panels):
         x = np.arange(len(bucket["a"]))
-        for offset, side, name, color in ((-0.2, "a", "A: " + result["a"], "C0"), (0.2, "b", "B: " + result["b"], "C1")):
+        for offset, side, color in ((-0.2, "a", "C0"), (0.2, "b", "C1")):
+            name = f"{side.upper()}: {result[side]}"
             acc = np.array([100 * s["accuracy"] for s in bucket[side]])
             std = np.nan_to_num([100 * s["std"] for s in bucket[side]])
             err = [np.minimum(std, acc), np.minimum(std, 100 - acc)]  # clipped to the metric's range
             ax.bar(x + offset, acc, 0.4, yerr=err if std.any() else None, capsize=3, color=color, label=name)
-        ax.set_xticks(x, [f"{s['bucket'][:18]}\nn={s['n']}" for s in bucket["a"]], fontsize=8)
+        ticks = [s["bucket"] if len(s["bucket"]) <= 22 else s["bucket"][:21] + "…" for s in bucket["a"]]
+        ax.set_xticks(x, [f"{tick}\nn={s['n']}" for tick, s in zip(ticks, bucket["a"])], fontsize=8)
         ax.set_title(f"by {bucket['name']}", fontsize=10)
         ax.set_ylabel(f"{result['metric'].replace('_', ' ')} (%)")
         ax.set_ylim(0, 105)
