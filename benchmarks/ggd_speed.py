@@ -46,7 +46,8 @@ from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row, check_appendable, results_table  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
-from zoo.train import USER_ERRORS, git_commit, hardware_string, model_settings  # noqa: E402
+from zoo.launch import USER_ERRORS  # noqa: E402
+from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
 KEY = ("data", "backbone", "batch_size", "bucketed", "precision", "threads", "hardware", "git_commit")

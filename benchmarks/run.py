@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from zoo.threads import use_passive_waiting  # noqa: E402
 
 use_passive_waiting()  # before torch starts OpenMP: a run slows down in proportion to the CPU it loses, no more
-from zoo.train import USER_ERRORS, run  # noqa: E402
+from zoo.launch import USER_ERRORS, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="run")

@@ -42,7 +42,8 @@ from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row, check_appendable, results_table  # noqa: E402
 from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
-from zoo.train import USER_ERRORS, hardware_string, model_settings  # noqa: E402
+from zoo.launch import USER_ERRORS  # noqa: E402
+from zoo.train import hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=seq2seq_scratch_cpu", "data=scan_simple"]
 KEY = ("phase", "data", "backbone", "weights", "batch_size", "bucketed", "threads", "hardware")

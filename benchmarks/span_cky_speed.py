@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from datamodules import read_splits  # noqa: E402
 from zoo.parser import Parser  # noqa: E402
 from zoo.results import results_table, write_rows  # noqa: E402
-from zoo.train import USER_ERRORS  # noqa: E402
+from zoo.launch import USER_ERRORS  # noqa: E402
 
 
 def timed(function, *args):

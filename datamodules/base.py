@@ -88,7 +88,7 @@ class DataFormatError(ValueError):
 
 
 # What reading a dataset raises for a fault of the data or its options, not of the code: every command says it in
-# one line (zoo.train.USER_ERRORS and the command-line tools catch this one tuple).
+# one line (zoo.launch.USER_ERRORS and the command-line tools catch this one tuple).
 DATA_ERRORS = (MissingDataError, DataFormatError, DataConfigError)
 
 

@@ -624,7 +624,7 @@ def test_data_options_that_would_empty_or_break_a_split(tmp_path, option, value)
 
 
 def test_an_empty_test_file_stops_a_run_before_training(tmp_path):
-    from zoo.train import run
+    from zoo.launch import run
 
     write_valid_root(tmp_path / "data", "scan_simple")
     test_file = tmp_path / "data" / DATASETS["scan_simple"].files[1]

@@ -327,7 +327,7 @@ def test_offline_data_download_is_a_one_line_user_error(tmp_path, monkeypatch):
     import importlib.util
 
     from conftest import compose_run
-    from zoo.train import run
+    from zoo.launch import run
 
     spec = importlib.util.spec_from_file_location("run_cli", Path(__file__).resolve().parents[1] / "benchmarks/run.py")
     cli = importlib.util.module_from_spec(spec)

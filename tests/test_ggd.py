@@ -9,7 +9,7 @@ from datamodules import read_splits
 from models.ggd import FeaturizationError, GGDFeaturizer, GroundedGraphDecoder
 from zoo.formalisms import get_formalism
 from zoo.metrics import exact_match_flags
-from zoo.train import run
+from zoo.launch import run
 from zoo.types import Example
 
 SPARQL = get_formalism("cfq_sparql")

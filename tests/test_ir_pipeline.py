@@ -9,7 +9,8 @@ from zoo.ir import UnsupportedIRError
 from zoo.ir.pipeline import PIPELINES, Stage, Transforms, chain, stage_directories, stage_example
 from zoo.stages import stage_directory
 from zoo.results import read_rows
-from zoo.train import RunConfigError, run
+from zoo.launch import run
+from zoo.train import RunConfigError
 from zoo.types import Example
 
 

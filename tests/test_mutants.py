@@ -157,7 +157,7 @@ def test_the_best_checkpoint_is_tested_not_the_last_weights(tmp_path):
     """After training and with ``test_only=true``, the test loop runs best.ckpt's weights. Four smoke steps leave
     best and last too close to tell by their scores, so the last weights are moved after training and the weights
     the test loop holds are compared with each checkpoint's."""
-    from zoo.train import run
+    from zoo.launch import run
 
     def cfg(*overrides):
         return compose_run("debug=smoke", f"results_file={tmp_path / 'runs.csv'}",

@@ -13,7 +13,8 @@ from zoo.formalisms import FormalismError, get_formalism
 from zoo.results import read_rows
 from zoo.retrieval import (Exemplars, Retriever, RetrievalError, SampledExemplars, check_settings, fold_parts,
                            sample_ranks, template_recall, with_exemplars)
-from zoo.train import RunConfigError, run
+from zoo.launch import run
+from zoo.train import RunConfigError
 from zoo.types import Example
 
 SQL = get_formalism("sql")

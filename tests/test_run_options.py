@@ -10,7 +10,8 @@ from conftest import REPO, compose_run, needs_mirror
 from datamodules import DataConfigError
 from zoo.options import OptionError, check_options
 from zoo.results import read_rows
-from zoo.train import RunConfigError, run
+from zoo.launch import run
+from zoo.train import RunConfigError
 
 
 def smoke(tmp_path, *overrides):

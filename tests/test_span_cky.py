@@ -12,7 +12,7 @@ from zoo.types import Example
 from zoo.formalisms import get_formalism
 from zoo.metrics import exact_match_flags
 from zoo.parser import UnsupportedFormalismError
-from zoo.train import run
+from zoo.launch import run
 
 
 def overfit(examples, formalism, steps, **hparams):

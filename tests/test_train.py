@@ -16,7 +16,8 @@ from zoo.parser import UnsupportedFormalismError
 from zoo.registry import RegistryError
 import zoo.results
 from zoo.results import append_row, read_rows
-from zoo.train import RunConfigError, finished_rows, run
+from zoo.launch import finished_rows, run
+from zoo.train import RunConfigError
 
 pytestmark = needs_mirror
 

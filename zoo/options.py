@@ -24,6 +24,11 @@ class OptionError(ValueError):
     """An option whose value cannot be what it configures."""
 
 
+class RunConfigError(ValueError):
+    """A run that cannot start as configured (resume without a checkpoint, a used run directory, a file that is no
+    checkpoint...)."""
+
+
 def _at_least(low: int) -> Callable[[Any], bool]:
     return lambda value: value is None or value >= low
 

@@ -5,6 +5,7 @@ prediction, metrics, collected predictions and checkpointed featurizer state liv
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import lightning.pytorch as L
@@ -14,7 +15,21 @@ from torchmetrics import MetricCollection
 
 from zoo.formalisms import get_formalism
 from zoo.metrics import DenotationAccuracy, EdgeMatchRate, ExactMatch, ExampleScore, Scorer
+from zoo.options import RunConfigError
 from zoo.types import Example
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """A checkpoint of this zoo, or a ``RunConfigError`` naming the file when it is none (random bytes, empty,
+    truncated, another program's)."""
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as error:  # torch raises UnpicklingError, EOFError, RuntimeError... by what the bytes are
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunConfigError(f"{path}: not a readable checkpoint ({reason})") from None
+    if not isinstance(checkpoint, dict) or not {"state_dict", "model_name", "featurizer"} <= checkpoint.keys():
+        raise RunConfigError(f"{path}: not a checkpoint of this zoo (no state_dict, model_name and featurizer)")
+    return checkpoint
 
 
 class UnsupportedFormalismError(ValueError):
@@ -129,7 +144,6 @@ class Parser(L.LightningModule):
         """Rebuild any registered model from one of its checkpoints, featurizer included; a file that is none (empty,
         truncated, another program's) is a ``RunConfigError`` naming it."""
         from zoo.registry import get_model
-        from zoo.train import load_checkpoint
 
         checkpoint = load_checkpoint(path, map_location)
         cls = get_model(checkpoint["model_name"])

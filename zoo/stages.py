@@ -14,17 +14,16 @@ import json
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.results import path_for_row, read_rows
-from zoo.types import Example
+from zoo.types import Example, Rewrite
 
 log = logging.getLogger(__name__)
 
-Rewrite = Callable[[str, list[Example]], Sequence[Example]]  # (split name, its examples) -> what the stage uses
 
 
 def prepared_data(cfg: DictConfig):

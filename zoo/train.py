@@ -24,29 +24,14 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from datamodules import DATA_ERRORS
-from zoo.download import DownloadError
-from zoo.ir import UnsupportedIRError
-from zoo.options import OptionError, check_options
-from zoo.parser import UnsupportedFormalismError
-from zoo.registry import RegistryError, get_dataset, get_model
-from zoo.results import (RUN_KEYS, ResultsFileError, Row, append_row, path_for_row, path_from_row, read_rows,
-                         write_jsonl)
-from zoo.retrieval import RetrievalError
-from zoo.stages import Rewrite
+from zoo.options import RunConfigError
+from zoo.parser import load_checkpoint
+from zoo.registry import get_dataset, get_model
+from zoo.results import ResultsFileError, Row, append_row, path_for_row, read_rows, write_jsonl
+from zoo.types import Rewrite
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
-
-
-class RunConfigError(ValueError):
-    """A run that cannot start as configured (resume without a checkpoint, a used run directory...)."""
-
-
-# Mistakes in the command or the data, and data.download=true failing (offline): what benchmarks/run.py, and the
-# benchmarks that build a run's data and model, say in one message, without a traceback.
-USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
-               UnsupportedIRError, RetrievalError, DownloadError, *DATA_ERRORS)
 
 
 class Throughput(Callback):
@@ -133,41 +118,6 @@ def convergence_columns(points: list[tuple[int, float]], last_step: int) -> dict
     gain = late_gain(points, last_step)
     return {"val_late_gain": "" if gain is None else round(gain, 4),
             "converged": gain is not None and gain < CONVERGED_GAIN}
-
-
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
-    ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
-    check_options(cfg)
-    run_dir = Path(run_dir)
-    rows = finished_rows(cfg, run_dir)
-    # a finished run's checkpoints, not those of a later launch that was interrupted there
-    finished_checkpoints = bool(rows) and not cfg.overwrite and not _saved_after(rows[-1], run_dir)
-    if cfg.get("resume"):
-        protocol = str(cfg.get("protocol") or "")
-        if same := [row for row in rows if row.get("protocol", "") == protocol]:
-            log.info("resume=true: %s already finished (its row of %s); nothing to do", run_dir, same[-1]["time"])
-            return same[-1]
-        if finished_checkpoints and any((run_dir / "checkpoints").glob("*.ckpt")):
-            raise RunConfigError(  # its last.ckpt is another recipe's end, not an interrupted run of this one
-                f"resume=true: {run_dir} holds a finished run of protocol {rows[-1].get('protocol') or '(none)'}, "
-                f"not {protocol or '(none)'}: move it aside, or overwrite=true to train this one there")
-    elif cfg.ckpt_path == "last" and not cfg.test_only and finished_checkpoints:
-        raise RunConfigError(  # it would test the same weights again and add a second row
-            f"ckpt_path=last: the run in {run_dir} already finished (its row of {rows[-1]['time']}): "
-            "test_only=true tests it again, overwrite=true trains it again")
-    retrieval = cfg.get("retrieval", {}).get("name", "none")
-    if retrieval != "none":
-        from zoo.retrieval import run_retrieval
-
-        if cfg.get("ir", "none") != "none":
-            raise RunConfigError(f"retrieval={retrieval} and ir={cfg.ir} do not combine: choose one of them")
-        return run_retrieval(cfg, run_dir)
-    if cfg.get("ir", "none") != "none":
-        from zoo.ir.pipeline import run_pipeline
-
-        return run_pipeline(cfg, run_dir)
-    return train_and_test(cfg, run_dir)
 
 
 def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None = None,
@@ -307,20 +257,6 @@ def results_path(cfg: DictConfig, run_dir: Path) -> Path:
     return results_file if results_file.is_absolute() else REPO_ROOT / results_file
 
 
-def _saved_after(finished: dict[str, str], run_dir: Path) -> bool:
-    """Whether ``run_dir``'s last.ckpt was written after the ``finished`` row: by a later launch that was
-    interrupted (the finished run's own checkpoints were moved aside), not that run's end state."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    # the row's time has whole seconds and comes after its run's last save: a second's margin
-    return last.is_file() and last.stat().st_mtime > datetime.fromisoformat(finished["time"]).timestamp() + 1
-
-
-def finished_rows(cfg: DictConfig, run_dir: Path) -> list[Row]:
-    """The results rows of the runs that finished in ``run_dir``, oldest first."""
-    rows = rows_before_training(results_path(cfg, run_dir), required=(*RUN_KEYS, "run_dir"))
-    return [row for row in rows if path_from_row(row["run_dir"]).resolve() == run_dir.resolve()]
-
-
 def rows_before_training(path: Path, required: tuple[str, ...] = ()) -> list[Row]:
     """``zoo.results.read_rows`` of a table a run will append to: one that would refuse the row at the end (a row
     that does not fit, another kind of table, a folder that cannot be written) is refused before any training."""
@@ -360,19 +296,6 @@ def _existing_checkpoint(name: str, checkpoint_dir: Path, option: str) -> str:
     if not path.is_file():
         raise RunConfigError(f"{option}: no checkpoint at {path}")
     return str(path)
-
-
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
-    """A checkpoint of this zoo, or a ``RunConfigError`` naming the file when it is none (random bytes, empty,
-    truncated, another program's)."""
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as error:  # torch raises UnpicklingError, EOFError, RuntimeError... by what the bytes are
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RunConfigError(f"{path}: not a readable checkpoint ({reason})") from None
-    if not isinstance(checkpoint, dict) or not {"state_dict", "model_name", "featurizer"} <= checkpoint.keys():
-        raise RunConfigError(f"{path}: not a checkpoint of this zoo (no state_dict, model_name and featurizer)")
-    return checkpoint
 
 
 def _check_checkpoint_run(checkpoint: dict[str, Any], path: str, cfg: DictConfig) -> None:
