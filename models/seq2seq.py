@@ -123,6 +123,15 @@ class Seq2SeqFeaturizer(Featurizer):
         ids = self.source.encode(text).ids  # [CLS] ... [SEP]
         return ids if len(ids) <= self.max_source_length else ids[: self.max_source_length - 1] + ids[-1:]
 
+    def unencodable(self, utterance: str) -> str | None:
+        """An utterance longer than ``max_source_length`` would lose its end (``source_ids`` cuts it)."""
+        pieces = (len(self.source.encode(utterance).ids) if self.source_tokenizer  # [CLS] ... [SEP]
+                  else len(self.tokenizer.encode(utterance, add_special_tokens=False).ids) + 1)  # ... </s>
+        if pieces > self.max_source_length:
+            return (f"{pieces} tokens, more than the model's max_source_length of {self.max_source_length}: "
+                    "its end would be cut off")
+        return None
+
     def encode(self, example: Example) -> dict[str, torch.Tensor]:
         return {"input_ids": torch.tensor(self.source_ids(example.utterance)),
                 "labels": torch.tensor(self.ids(example.program, self.max_target_length))}

@@ -55,6 +55,12 @@ class Featurizer:
     def encode(self, example: Example) -> Any:
         raise NotImplementedError
 
+    def unencodable(self, utterance: str) -> str | None:
+        """Why ``encode`` would not read a new ``utterance`` whole (``zoo.inference`` refuses it then), or None.
+        ``encode`` itself raises ``ValueError`` for what it cannot encode at all; this is for what it would quietly
+        change, such as cutting a long input to the model's limit, which training and testing accept. Default: None."""
+        return None
+
     def length(self, example: Example) -> Any:
         """A sort key for batching ``example`` with others of similar cost (``ParsingDataModule`` buckets training
         batches by it); ``None``, the default, leaves batches at random."""
@@ -143,9 +149,15 @@ class Parser(L.LightningModule):
     def load(path: str, map_location: str = "cpu") -> "Parser":
         """Rebuild any registered model from one of its checkpoints, featurizer included; a file that is none (empty,
         truncated, another program's) is a ``RunConfigError`` naming it."""
+
+        return Parser.from_checkpoint(load_checkpoint(path, map_location))
+
+    @staticmethod
+    def from_checkpoint(checkpoint: dict[str, Any]) -> "Parser":
+        """``load`` of a checkpoint already read (``load_checkpoint``), for callers that also read its
+        other entries (the dataset it was trained on: ``zoo.inference``)."""
         from zoo.registry import get_model
 
-        checkpoint = load_checkpoint(path, map_location)
         cls = get_model(checkpoint["model_name"])
         featurizer = cls.featurizer_class.from_state_dict(checkpoint["featurizer"])
         model = cls(featurizer, **checkpoint["hyper_parameters"])
@@ -161,6 +173,12 @@ class Parser(L.LightningModule):
         the span tree). Override this instead of ``parse`` to report more than the program."""
         programs = self.parse(batch)
         return programs, [{} for _ in programs]
+
+    def explain(self, batch: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        """What ``python -m zoo.parse`` shows for each utterance: ``parse_with_details`` by default. A model adds here
+        what would be too large to save in predictions.jsonl for every test example (GGD: its query graph with each
+        edge's probability); the programs must be those of ``parse``."""
+        return self.parse_with_details(batch)
 
     # ----- shared evaluation ----------------------------------------------------------------------------------
     def _evaluate(self, batch: dict[str, Any], metrics: MetricCollection
