@@ -384,8 +384,8 @@ class GGDFeaturizer(Featurizer):
             item["target"] = {"edges": torch.stack([graph.edge_index[0], graph.edge_type, graph.edge_index[1]],
                                                    dim=1).numpy(),
                               "attributes": graph.node_attributes.nonzero().numpy(), "count": bool(graph.count)}
-        except FeaturizationError as e:  # a term unseen in training: fine to evaluate on, not to train on
-            item["target"] = str(e)
+        except (FeaturizationError, FormalismError) as e:  # a term unseen in training, or no gold query (a new
+            item["target"] = str(e)                             # question, zoo.inference): fine to parse, not to train on
         if self.dependencies:
             item["dependencies"] = self._dependency_graph(example, groups)
         return item
@@ -739,12 +739,26 @@ class GroundedGraphDecoder(Parser):
         """The queries of ``forward``'s scores: every candidate triple above ``threshold`` and attribute above
         ``attribute_threshold`` (None: ``threshold``), less the types the chosen triples imply
         (``GGDFeaturizer.implied_types``), which CFQ leaves out."""
+        return [program for program, _ in self.decode_graphs(out, threshold, attribute_threshold, graphs=False)]
+
+    @torch.no_grad()
+    def explain(self, batch: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        """The programs of ``parse`` and each one's query graph (``decode_graphs``), for ``python -m zoo.parse``;
+        not saved in predictions.jsonl, where it would add every test question's edges."""
+        decoded = self.decode_graphs(self(batch), *self.thresholds)
+        return [program for program, _ in decoded], [{"query_graph": graph} for _, graph in decoded]
+
+    def decode_graphs(self, out: dict[str, torch.Tensor], threshold: float, attribute_threshold: float | None = None,
+                      graphs: bool = True) -> list[tuple[str, dict[str, Any] | None]]:
+        """``decode``'s queries, each with (``graphs``) the graph it was decoded from: the query type (``count``),
+        the chosen ``edges`` as [subject, relation, object, probability] and ``attributes`` as [node, relation,
+        constant, probability]. The FILTERs derived from edges (``filter_relations``) are in the query only."""
         attribute_threshold = threshold if attribute_threshold is None else attribute_threshold
         edges, attributes = self.probabilities(out)
         subject_of = (edges > threshold).any(dim=2).float()  # [B, S, R]
         attributes = attributes.masked_fill((subject_of @ self.implied_types.float()) > 0, 0.0)
         sparql = get_formalism("cfq_sparql")
-        programs = []
+        decoded = []
         for b, slot in enumerate(out["nodes"].tolist()):  # slot[i]: the node slot at place i of the node axis
             chosen_edges = [(s, r, o) for s, o, r in (edges[b] > threshold).nonzero().tolist()]
             chosen_attributes = (attributes[b] > attribute_threshold).nonzero().tolist()
@@ -755,14 +769,25 @@ class GroundedGraphDecoder(Parser):
                 else:
                     chosen_attributes = [list(map(int, np.unravel_index(int(attributes[b].argmax()),
                                                                          attributes[b].shape)))]
+            graph = None if not graphs else self._graph(
+                [(slot[s], r, slot[o], float(edges[b, s, o, r])) for s, r, o in chosen_edges],
+                [(slot[s], a, float(attributes[b, s, a])) for s, a in chosen_attributes], bool(out["count"][b] > 0))
             chosen_edges = [(slot[s], r, slot[o]) for s, r, o in chosen_edges]
             chosen_attributes = [(slot[s], a) for s, a in chosen_attributes]
             query = self.featurizer.query(chosen_edges, chosen_attributes, count=bool(out["count"][b] > 0))
             try:
-                programs.append(sparql.unparse(query))
+                decoded.append((sparql.unparse(query), graph))
             except FormalismError as e:  # never expected; still a wrong prediction rather than a crash
-                programs.append(f"<unprintable: {e}>")
-        return programs
+                decoded.append((f"<unprintable: {e}>", graph))
+        return decoded
+
+    def _graph(self, edges: list[tuple[int, int, int, float]], attributes: list[tuple[int, int, float]],
+               count: bool) -> dict[str, Any]:
+        """A decoded graph over node slots, named: see ``decode_graphs``."""
+        names, relations = self.featurizer.node_names(), {i: r for r, i in self.featurizer.relations.items()}
+        return {"count": count,
+                "edges": [[names[s], relations[r], names[o], round(p, 4)] for s, r, o, p in edges],
+                "attributes": [[names[s], *self.featurizer.attributes[a], round(p, 4)] for s, a, p in attributes]}
 
     THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 11))  # 0.05 .. 0.5
     SELECTION_METRICS = ("exact_match", "exact_match_tuned", "emr")
