@@ -39,7 +39,7 @@ from zoo.formalisms import get_formalism
 from zoo.ir import IRError, UnsupportedIRError, get_ir
 from zoo.metrics import ExampleScore, Scorer
 from zoo.registry import get_dataset
-from zoo.results import write_jsonl
+from zoo.results import path_for_row, write_jsonl
 from zoo.stages import combined_row, load_stage_model, predict, prepared_data, run_stage, stage_directory
 from zoo.types import Example
 
@@ -139,9 +139,12 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     datamodule = prepared_data(cfg)
     transforms.fit(datamodule.train)
-    (run_dir / "ir.json").write_text(json.dumps(transforms.state(), indent=1, sort_keys=True))
-
     stage_dirs = stage_directories(cfg, stages)
+    # what zoo.inference needs to chain the stages again: the pipeline, its IRs' definition and the stages' places
+    (run_dir / "ir.json").write_text(json.dumps(
+        {**transforms.state(), "ir": cfg.ir, "ir_definition": definition,
+         "stage_dirs": [path_for_row(d) for d in stage_dirs]}, indent=1, sort_keys=True))
+
     stage_rows = [run_stage(cfg, stage.name, stage_dir, formalism="tokens",
                             rewrite=lambda split, examples, stage=stage: [stage_example(transforms, stage, e)
                                                                           for e in examples])
@@ -192,32 +195,46 @@ def chain(stages: tuple[Stage, ...], stage_dirs: list[Path], transforms: Transfo
     reason there is none) and each stage's output. Also how many first-stage outputs equal their gold target, and
     the seconds spent decoding (loading the checkpoints not counted)."""
     rows = [{"utterance": e.utterance, "gold": e.program} for e in test]
-    sources = [e.utterance for e in test]
-    stage1_correct, seconds = 0, 0.0
-    for index, (stage, stage_dir) in enumerate(zip(stages, stage_dirs)):
-        model = load_stage_model(stage_dir)
+    outputs, seconds = chain_models(stages, [load_stage_model(d) for d in stage_dirs], transforms,
+                                    [e.utterance for e in test], batch_size)
+    for row, output in zip(rows, outputs):
+        row.update(output)
+    first = f"stage1_{stages[0].target}"
+    gold = [transforms.text(stages[0].target, e.program, e.utterance) for e in test]
+    stage1_correct = sum(" ".join(row[first].split()) == " ".join(g.split()) for row, g in zip(rows, gold))
+    return rows, stage1_correct, seconds
+
+
+@torch.no_grad()
+def chain_models(stages: tuple[Stage, ...], models: list, transforms: Transforms, utterances: list[str],
+                 batch_size: int) -> tuple[list[dict[str, Any]], float]:
+    """The stages' ``models`` one after the other over ``utterances`` (the test set's, or new ones:
+    ``zoo.inference``): per utterance, each stage's output (``stage<i>_<target>``), the final ``prediction`` (``""``
+    and ``correct``/``error`` when the final IR does not invert) and ``stage1_error`` when the lossy IR of a first
+    stage's output failed; and the seconds spent decoding."""
+    rows: list[dict[str, Any]] = [{} for _ in utterances]
+    sources = list(utterances)
+    seconds = 0.0
+    for index, (stage, model) in enumerate(zip(stages, models)):
         start = time.perf_counter()
         outputs = predict(model, sources, batch_size)
         seconds += time.perf_counter() - start
-        if index == 0:
-            gold = [transforms.text(stage.target, e.program, e.utterance) for e in test]
-            stage1_correct = sum(" ".join(o.split()) == " ".join(g.split()) for o, g in zip(outputs, gold))
         for row, output in zip(rows, outputs):
             row[f"stage{index + 1}_{stage.target}"] = output
         if index + 1 < len(stages):  # the next stage reads x [SEP] z, z from this stage's output
             following = stages[index + 1]
             sources = []
-            for example, output, row in zip(test, outputs, rows):
+            for utterance, output, row in zip(utterances, outputs, rows):
                 z = output
                 if stage.target != following.source:  # lir_ind: the lossy IR of the predicted program / RIR
                     try:
-                        z = transforms.lossy(output, example.utterance)
+                        z = transforms.lossy(output, utterance)
                     except IRError as e:  # the second stage still gets the raw prediction; recorded
                         row["stage1_error"] = str(e)
-                sources.append(f"{example.utterance} {SEP} {z}")
-    for example, output, row in zip(test, outputs, rows):
+                sources.append(f"{utterance} {SEP} {z}")
+    for utterance, output, row in zip(utterances, outputs, rows):
         try:
-            row["prediction"] = transforms.program(stages[-1].target, output, example.utterance)
+            row["prediction"] = transforms.program(stages[-1].target, output, utterance)
         except IRError as e:
             row.update(prediction="", correct=False, error=f"the predicted IR does not invert: {e}")
-    return rows, stage1_correct, seconds
+    return rows, seconds
