@@ -97,14 +97,15 @@ DATA_ERRORS = (MissingDataError, DataFormatError, DataConfigError)
 # ----------------------------------------------------------------------------------------------------------------
 def register(name: str, *, formalism: str, files: Sequence[str], family: str, description: str,
              alternatives: Sequence[Sequence[str]] = (), missing_hint: str = "", download: str | None = None,
-             world: str | None = None):
+             world: str | None = None, lowercase: bool = False):
     """``register_dataset`` plus what ``check_files`` needs: other complete file sets that also work, and the
     hint and download name for the missing-data message, and the ``world`` file (relative to the root) that the
-    formalism's ``load_world`` reads for execution (all kept in ``DatasetSpec.extra``)."""
+    formalism's ``load_world`` reads for execution; ``lowercase``: every utterance of the dataset is lower-case, so
+    ``zoo.inference`` lower-cases a new one (all kept in ``DatasetSpec.extra``)."""
 
     return register_dataset(name, formalism=formalism, files=tuple(files), family=family, description=description,
                             alternatives=[tuple(a) for a in alternatives], missing_hint=missing_hint,
-                            download=download, world=world)
+                            download=download, world=world, lowercase=lowercase)
 
 
 def require_any(dataset: str, root: str | os.PathLike, layouts: Sequence[Sequence[str]], hint: str = "",
@@ -261,10 +262,11 @@ def json_record(line: str, *keys: str) -> dict[str, Any]:
 
 
 def register_line_dataset(name: str, *, formalism: str, family: str, description: str, files: dict[str, str],
-                          parse: Parse, expected: str):
+                          parse: Parse, expected: str, lowercase: bool = False):
     """Register a dataset whose every part (train/dev/test) is one file with one example per line."""
 
-    @register(name, formalism=formalism, files=tuple(files.values()), family=family, description=description)
+    @register(name, formalism=formalism, files=tuple(files.values()), family=family, description=description,
+              lowercase=lowercase)
     def read(root: str) -> dict[str, list[Example]]:
         return {part: read_examples(require(name, root, rel), parse, expected, formalism)
                 for part, rel in files.items()}

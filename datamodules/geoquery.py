@@ -34,7 +34,7 @@ def parse_spans_line(line: str):
 def make_reader(name: str, suffix: str):
     files = {part: f"geoquery_funql/funql/{part}{suffix}.json" for part in PARTS}
 
-    @register(name, formalism="funql", files=tuple(files.values()), family="geoquery", world=GEOBASE,
+    @register(name, formalism="funql", files=tuple(files.values()), family="geoquery", world=GEOBASE, lowercase=True,
               description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
     def read(root: str):
         splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED, "funql")

@@ -37,5 +37,5 @@ for _name, (_pattern, _what) in SPLITS.items():
     register_line_dataset(
         _name, formalism="scan", family="scan", description=f"SCAN, {_what}",
         files={part: f"scan/{_pattern.format(part=part)}" for part in ("train", "test")},
-        parse=parse_line, expected="'IN: <command> OUT: <actions>'",
+        parse=parse_line, expected="'IN: <command> OUT: <actions>'", lowercase=True,
     )

@@ -22,4 +22,5 @@ for _split in SPLITS:
         description=f"SCAN {_split} split with span-based-sp programs (Herzig & Berant 2021)",
         files={part: f"scan_sp/dsl/{part}_{_split}.json" for part in ("train", "dev", "test")},
         parse=parse_line, expected='a JSON object {"question": str, "program": str, "answer": str}',
+        lowercase=True,
     )

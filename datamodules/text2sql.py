@@ -22,6 +22,8 @@ SPLIT_FIELDS = {"iid": "question-split", "template": "query-split"}
 # The SQL dump, not the "added-in-2020" SQLite file: that one stores elevations as text and duplicates 12 rivers,
 # which changes the gold results of 115 questions (see zoo/formalisms/sql.py).
 WORLDS = {"geography": "text2sql/geography-db.sql"}
+# GeoQuery's and ATIS's questions are lower-case; 217 of Scholar's 499 iid training questions are capitalised.
+LOWERCASE = {"geography", "atis"}
 PARTS = ("train", "dev", "test")
 EXPECTED = ('a JSON list of {"query-split": train|dev|test, "sql": [str, ...], "sentences": '
             '[{"question-split": train|dev|test, "text": str, "variables": {str: str}}, ...]}')
@@ -57,6 +59,7 @@ def make_reader(name: str, database: str, split_field: str):
     rel = f"text2sql/{database}.json"
 
     @register(name, formalism="sql", files=(rel,), family="text2sql", world=WORLDS.get(database),
+              lowercase=database in LOWERCASE,
               description=f"{database} text-to-SQL (Finegan-Dollak et al. 2018), split by {split_field}")
     def read(root: str):
         return read_text2sql(require(name, root, rel), split_field)
