@@ -1,4 +1,5 @@
-"""The zoo's shared layer. Importing it registers the OmegaConf resolvers that configs/ uses."""
+"""The zoo's shared layer. Importing it registers the OmegaConf resolvers that configs/ uses; ``zoo.load`` loads a
+trained run to parse new utterances (``zoo.inference``)."""
 from __future__ import annotations
 
 import re
@@ -6,6 +7,15 @@ import re
 from omegaconf import OmegaConf
 
 from zoo.results import setting
+
+
+def load(path, data=None, root=None, device=None, batch_size=None):
+    """A parser from a run directory or a checkpoint: ``.parse(utterances) -> programs``, ``.parse_with_details``,
+    ``.execute(programs) -> denotations`` (``zoo.inference.load``). Imported on first use, so that ``import zoo``
+    stays light (no torch)."""
+    from zoo.inference import load as load_parser
+
+    return load_parser(path, data=data, root=root, device=device, batch_size=batch_size)
 
 
 def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, alpha: float = 0.5) -> str:
