@@ -384,8 +384,9 @@ class GGDFeaturizer(Featurizer):
             item["target"] = {"edges": torch.stack([graph.edge_index[0], graph.edge_type, graph.edge_index[1]],
                                                    dim=1).numpy(),
                               "attributes": graph.node_attributes.nonzero().numpy(), "count": bool(graph.count)}
-        except (FeaturizationError, FormalismError) as e:  # a term unseen in training, or no gold query (a new
-            item["target"] = str(e)                             # question, zoo.inference): fine to parse, not to train on
+        except (FeaturizationError, FormalismError) as e:
+            # a term unseen in training, or no gold query (a new question: zoo.inference): parsed, never trained on
+            item["target"] = str(e)
         if self.dependencies:
             item["dependencies"] = self._dependency_graph(example, groups)
         return item

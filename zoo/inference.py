@@ -133,7 +133,7 @@ class LoadedParser:
     """What ``load`` returns: ``parse``, ``parse_with_details`` and ``execute``. Subclasses load one model, an IR
     pipeline or a retrieval run, and implement ``_parse``."""
 
-    kind = ""  # "model", "ir=<pipeline>", "retrieval=<method>"
+    kind = ""  # the model's name (seq2seq, span_cky, ggd), "ir=<pipeline>" or "retrieval=<method>"
 
     def __init__(self, path: Path, data: str | None, root: str | Path | None, batch_size: int,
                  first: Featurizer, outputs: str | None = None):
@@ -231,8 +231,6 @@ class LoadedParser:
 class ModelParser(LoadedParser):
     """One model from one checkpoint."""
 
-    kind = "model"
-
     def __init__(self, checkpoint_path: Path, run_dir: Path | None, data: str | None, root: str | Path | None,
                  device: torch.device, batch_size: int | None):
         checkpoint = load_checkpoint(checkpoint_path)
@@ -290,8 +288,8 @@ class PipelineParser(LoadedParser):
             raise LoadError(f"{run_dir}: ir={ir} has {len(self.stages)} stages, but {len(stage_dirs)} are recorded")
         self.transforms.fit(prepared_data(cfg).train)  # (SPARQL's RIR learns its short relation names there)
         self.models = [stage_model(d, device) for d in stage_dirs]
-        super().__init__(run_dir, cfg.data.name, root, batch_size or cfg.data.eval_batch_size or cfg.data.batch_size,
-                         self.models[0].featurizer)
+        super().__init__(run_dir, cfg.data.name, cfg.data.root,
+                         batch_size or cfg.data.eval_batch_size or cfg.data.batch_size, self.models[0].featurizer)
         self.kind = f"ir={ir}"
 
     def _parse(self, utterances: Sequence[str], inputs: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -322,8 +320,8 @@ class RetrievalParser(LoadedParser):
             formalism = get_formalism(get_dataset(cfg.data.name).formalism)
             self.exemplars.append(Exemplars(train, formalism, k, p, cfg.seed, alpha))
             self.models.append(stage_model(stage_dirs[-1], device))
-        super().__init__(run_dir, cfg.data.name, root, batch_size or cfg.data.eval_batch_size or cfg.data.batch_size,
-                         self.models[0].featurizer)
+        super().__init__(run_dir, cfg.data.name, cfg.data.root,
+                         batch_size or cfg.data.eval_batch_size or cfg.data.batch_size, self.models[0].featurizer)
         self.kind = f"retrieval={method}"
 
     def _parse(self, utterances: Sequence[str], inputs: list[str]) -> list[tuple[str, dict[str, Any]]]:
