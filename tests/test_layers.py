@@ -1,12 +1,15 @@
-"""The run path's imports point one way (issue 27): zoo.launch -> zoo.ir.pipeline, zoo.retrieval -> zoo.stages ->
-zoo.train, and no model, dataset or other zoo module imports any of them. Imports inside functions count too: a
+"""The run path's imports point one way (issue 27): zoo.parse (the command line of zoo.inference) -> zoo.launch and
+zoo.inference -> zoo.ir.pipeline, zoo.retrieval -> zoo.stages -> zoo.train, and no model, dataset or other zoo
+module imports any of them (but the package's ``zoo.load``, the public door to zoo.inference). Imports inside functions count too: a
 lazy import still ties the lower module to the higher one."""
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # rank: a module may import only run-path modules of a lower rank
-RUN_PATH = {"zoo.launch": 3, "zoo.ir.pipeline": 2, "zoo.retrieval": 2, "zoo.stages": 1, "zoo.train": 0}
+RUN_PATH = {"zoo.parse": 4, "zoo.launch": 3, "zoo.inference": 3, "zoo.ir.pipeline": 2, "zoo.retrieval": 2,
+            "zoo.stages": 1, "zoo.train": 0}
+ALLOWED = {("zoo", "zoo.inference")}  # zoo.load imports it when called: ``import zoo`` stays light
 
 
 def module_name(path: Path) -> str:
@@ -36,7 +39,7 @@ def test_the_run_path_imports_point_one_way():
         name = module_name(path)
         rank = RUN_PATH.get(name, -1)  # every other module is below the whole run path
         upward += [f"{name} imports {other}" for other in sorted(imported(path) & set(RUN_PATH))
-                   if other != name and RUN_PATH[other] >= rank]
+                   if other != name and RUN_PATH[other] >= rank and (name, other) not in ALLOWED]
     assert upward == []
 
 

@@ -19,7 +19,7 @@ from zoo.inference import (LoadError, NotExecutableError, UnencodableUtteranceEr
 from zoo.parse import jsonable, main, span_tree_lines
 from zoo.registry import get_dataset
 from zoo.retrieval import Retriever, with_exemplars
-from zoo.train import run
+from zoo.launch import run
 
 
 def test_normalize_splits_end_punctuation_and_lower_cases_on_request():

@@ -52,12 +52,11 @@ from datamodules.datamodule import Collate
 from zoo import split_variant
 from zoo.formalisms import Formalism, FormalismError, get_formalism
 from zoo.ir.pipeline import chain_models, check_pipeline
-from zoo.parser import Featurizer, Parser
+from zoo.parser import Featurizer, Parser, load_checkpoint
 from zoo.registry import DatasetSpec, get_dataset
 from zoo.results import ResultsFileError, Row, path_from_row, read_rows, runs_file
 from zoo.retrieval import Exemplars
 from zoo.stages import predict, prepared_data, stage_checkpoint
-from zoo.train import load_checkpoint
 from zoo.types import Example
 
 log = logging.getLogger(__name__)

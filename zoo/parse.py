@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
 
     use_passive_waiting()  # before torch starts OpenMP (zoo/threads.py)
     from zoo.inference import LoadError, NotExecutableError, UnencodableUtteranceError, load
-    from zoo.train import USER_ERRORS
+    from zoo.launch import USER_ERRORS
 
     try:
         loaded = load(args.path, data=args.data, root=args.root, device=args.device)

@@ -149,7 +149,6 @@ class Parser(L.LightningModule):
     def load(path: str, map_location: str = "cpu") -> "Parser":
         """Rebuild any registered model from one of its checkpoints, featurizer included; a file that is none (empty,
         truncated, another program's) is a ``RunConfigError`` naming it."""
-
         return Parser.from_checkpoint(load_checkpoint(path, map_location))
 
     @staticmethod
