@@ -21,18 +21,16 @@ same command with ``--resume`` later skips the runs that finished and resumes th
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
+import os  # noqa: F401  (tests set the cores a job sees through ir_grid.os)
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from zoo.threads import threads_per_job  # noqa: E402
+sys.path.insert(0, str(REPO / "benchmarks"))
+from jobs import Job, run_jobs  # noqa: E402,F401  (the job runner the suites share: benchmarks/jobs.py)
 
 # lir_ind+rir needs the x -> z_r stage of rir and the second stage of lir_d+rir; the two-stage lane starts first,
 # being the longest
@@ -52,13 +50,6 @@ def method_jobs(grid: str, alphas: list[float]) -> list[tuple[str, list[str], li
                    for a in alphas if a != FIRST_ALPHA]
 
 
-@dataclass
-class Job:
-    name: str
-    command: list[str]
-    needs: list[str]
-
-
 def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str], grid: str = "ir",
               alphas: list[float] = (FIRST_ALPHA,)) -> list[Job]:
     jobs = []
@@ -73,50 +64,6 @@ def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str
                            f"data={name}", *method_overrides, f"seed={seed}", *data_overrides]
                 jobs.append(Job(job_name(method), command, [job_name(need) for need in needs]))
     return jobs
-
-
-def run_jobs(jobs: list[Job], workers: int, deadline: float, log_dir: Path) -> dict[str, str]:
-    """Run ``jobs`` in order, at most ``workers`` at once, each once the jobs it needs succeeded, until
-    ``deadline``; each job's outcome by name. Each job runs on its share of the cores (zoo/threads.py) unless
-    ``OMP_NUM_THREADS`` says otherwise."""
-    pending, running, outcome = list(jobs), {}, {}
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(threads_per_job(workers))}
-
-    def stamp() -> str:
-        return time.strftime("%H:%M:%S")
-
-    while pending or running:
-        for job in list(pending):  # a job whose needs failed will never start
-            failed = [n for n in job.needs if n in outcome and outcome[n] != "ok"]
-            if failed:
-                outcome[job.name] = f"skipped: {failed[0]} did not finish"
-                pending.remove(job)
-        for job in [j for j in pending if all(outcome.get(n) == "ok" for n in j.needs)]:
-            if len(running) >= workers or time.time() >= deadline:
-                break
-            pending.remove(job)
-            log = open(log_dir / f"{job.name}.log", "w")
-            process = subprocess.Popen(job.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-            running[job.name] = (process, log, time.time())
-            print(f"[{stamp()}] start {job.name}", flush=True)
-        for name, (process, log, started) in list(running.items()):
-            if process.poll() is None and time.time() < deadline:
-                continue
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait()
-                outcome[name] = "stopped at the deadline"
-            else:
-                outcome[name] = "ok" if process.returncode == 0 else f"failed (exit {process.returncode})"
-            log.close()
-            print(f"[{stamp()}] {outcome[name]}: {name} after {time.time() - started:.0f} s", flush=True)
-            del running[name]
-        if time.time() >= deadline and not running:
-            outcome.update({job.name: "not started (deadline)" for job in pending})
-            pending = []
-        time.sleep(1)
-    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:

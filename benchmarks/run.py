@@ -7,10 +7,14 @@
     python benchmarks/run.py model=seq2seq ir=lir_ind+rir data=cfq_mcd1          # an IR pipeline (zoo/ir/pipeline.py)
     python benchmarks/run.py model=bert2bert_minilm ir=rir data=scan_length      # warm-started from MiniLM
     python benchmarks/run.py model=seq2seq retrieval=gandr data=geo_sql_iid      # GandR exemplars (zoo/retrieval.py)
+    python benchmarks/run.py -m data=scan_simple seed=1,2,3 hydra/launcher=joblib  # the seeds side by side
+    python benchmarks/run.py -m data=scan_simple seed=1,2,3 hydra/launcher=slurm trainer=gpu \\
+        hydra.launcher.partition=gpu                                             # one SLURM job each (submitit)
 
 The run directory is runs/<model>-<variant>/<data>/seed<seed>; a finished run appends one row to
 results/runs.csv (see zoo/train.py).
 """
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -19,7 +23,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+REPO = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, REPO)  # run from a checkout without installing
+# ... and the processes a multirun launcher starts (joblib's workers, submitit's jobs) import this checkout too:
+# they unpickle main() and import zoo afresh, through PYTHONPATH, not this sys.path
+os.environ["PYTHONPATH"] = os.pathsep.join([REPO, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from zoo.threads import use_passive_waiting  # noqa: E402
 
