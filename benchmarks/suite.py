@@ -38,14 +38,16 @@ protocol); the suite does not overwrite them and says so (move them aside, or se
 
 Jobs start in the suite's order, at most ``--workers`` at once (``benchmarks/jobs.py``, also the runner of
 ``benchmarks/ir_grid.py``); a multi-stage job waits for the earlier jobs of the same model, data and seed that
-train one of its stages (``lir_ind+rir`` after ``rir`` and ``lir_d+rir``; every retrieval run after the first), so
-that no stage is trained twice at once. One line per job says when it started, finished, failed or was skipped.
+train one of its stages (``lir_ind+rir`` listed after ``rir`` and ``lir_d+rir`` waits for both; every
+retrieval run for the first), so that no stage is trained twice at once. One line per job says when it started,
+finished, failed or was skipped. Stopped (Ctrl-C, SIGTERM), the suite stops its running jobs, which leave their
+``last.ckpt`` and no row: the same command resumes them.
 
 **Estimates** (``--dry-run``): per job, the median over earlier rows of the same settings but any seed and commit of
 ``train_seconds`` plus the test time (``n_test / test_examples_per_s``), from the job's results file; "no earlier
-timed row" where there is none (counted as 0 in the totals, which say how many). The wall time on N workers is the jobs in
-order, each on the first free worker once the jobs it waits for ended, at the measured times (runs side by side on
-shared cores take longer than alone).
+timed row" where there is none (counted as 0 in the totals, which say how many). The wall time on N workers is the
+jobs in order, each on the first free worker once the jobs it waits for ended, at the measured times (runs side by
+side on shared cores take longer than alone).
 """
 from __future__ import annotations
 
@@ -114,8 +116,9 @@ def read_suite(name_or_path: str) -> tuple[Path, DictConfig]:
     for k, entry in enumerate(suite.runs, 1):
         unknown = set(entry) - ENTRY_KEYS if isinstance(entry, DictConfig) else {"(not a mapping)"}
         if unknown or "data" not in entry:
-            raise SuiteError(f"{path}: runs entry {k}: {'no data' if not unknown else f'unknown keys {sorted(unknown)}'}"
-                             f"; an entry has data and optionally {', '.join(sorted(ENTRY_KEYS - {'data'}))}")
+            problem = f"unknown keys {sorted(unknown)}" if unknown else "no data"
+            raise SuiteError(f"{path}: runs entry {k}: {problem}; an entry has data and optionally "
+                             f"{', '.join(sorted(ENTRY_KEYS - {'data'}))}")
     return path, suite
 
 
@@ -373,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     runner = [Job(job.name, [sys.executable, str(REPO / "benchmarks" / "run.py"), *job.overrides, *job.action],
                   job.needs) for job in todo]
     log_dir = args.log_dir or REPO / "logs" / "suite" / path.stem
-    outcome = run_jobs(runner, workers, time.time() + args.deadline_s, log_dir)
+    try:
+        outcome = run_jobs(runner, workers, time.time() + args.deadline_s, log_dir)
+    except KeyboardInterrupt:  # (Ctrl-C or SIGTERM) the running jobs were stopped and left no row
+        print(f"suite {path.stem}: interrupted; the same command resumes the interrupted jobs", flush=True)
+        return 130
     failed = [name for name, result in outcome.items() if result != "ok"]
     blocked = sum(job.state == "blocked" for job in jobs)
     print(f"suite {path.stem}: {len(outcome) - len(failed)} ran, {len(failed)} did not finish, "

@@ -236,3 +236,22 @@ def test_a_multirun_writes_one_row_per_job(tmp_path, launcher):
     assert sorted(r["seed"] for r in rows) == ["1", "2"]
     assert len({r["run_dir"] for r in rows}) == 2
     print(f"{launcher} multirun of 2 smoke jobs: {time.time() - started:.0f} s")
+
+
+def test_a_stopped_runner_stops_its_jobs(tmp_path):
+    """SIGTERM (or Ctrl-C) to the suite stops the running jobs, which leave last.ckpt and no row, for the next
+    launch to resume; the runner's own SIGTERM handler is removed again."""
+    import signal
+    import threading
+
+    from jobs import Job, run_jobs
+
+    said = []
+    job = Job("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"])
+    threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    started = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs([job], workers=1, deadline=time.time() + 120, log_dir=tmp_path, say=said.append)
+    assert time.time() - started < 30
+    assert said[0].endswith("start sleeper") and "interrupted: sleeper after" in said[1]
+    assert signal.getsignal(signal.SIGTERM) is not suite.run_jobs.__globals__["_interrupt"]
