@@ -302,6 +302,8 @@ def wall_time(jobs: list[Planned], workers: int) -> float:
 
 
 def hours(value: float) -> str:
+    if value < 60:
+        return f"{value:.0f} s"
     return f"{value / 3600:.1f} h" if value >= 3600 else f"{value / 60:.1f} min"
 
 
