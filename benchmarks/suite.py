@@ -149,9 +149,18 @@ def compose_all(overrides: list[list[str]]) -> list[DictConfig]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     GlobalHydra.instance().clear()
+    configs = []
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return [compose("run", overrides=job, return_hydra_config=True) for job in overrides]
+        for job in overrides:
+            try:
+                configs.append(compose("run", overrides=job, return_hydra_config=True))
+            except (HydraException, OmegaConfBaseException) as error:  # its first line names the option
+                raise SuiteError(f"{' '.join(job)}: {str(error).splitlines()[0]}") from None
+    return configs
 
 
 def _stages(cfg: DictConfig) -> set[str]:
@@ -361,10 +370,6 @@ def main(argv: list[str] | None = None) -> int:
         jobs = plan(suite, args.overrides, results, any_commit=args.any_commit)
     except (SuiteError, ResultsFileError) as error:
         parser.exit(2, f"suite: error: {error}\n")
-    except Exception as error:  # a config that does not compose: Hydra's one-line reason
-        if type(error).__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        parser.exit(2, f"suite: error: {args.suite}: {error}\n")
     workers = args.workers or int(suite.get("workers") or 1)
     print(f"suite {path.stem}: {suite.get('description', '')}".rstrip(": "), flush=True)
     if args.dry_run:

@@ -177,6 +177,8 @@ def test_a_plan_composes_each_job_and_orders_shared_stages(tmp_path, monkeypatch
     assert jobs[3].needs == [] and not jobs[3].multistage
     with pytest.raises(suite.SuiteError, match="two jobs would run in"):
         suite.plan(OmegaConf.create({"runs": [{"data": "scan_simple"}, {"data": "scan_simple"}]}), commit="x")
+    with pytest.raises(suite.SuiteError, match="^data=nope seed=1: In 'run': Could not find 'data/nope'$"):
+        suite.plan(OmegaConf.create({"runs": [{"data": "nope"}]}), commit="x")  # named in one line, per job
 
 
 def test_main_skips_what_finished_runs_nothing_and_says_so(tmp_path, monkeypatch, capsys):
