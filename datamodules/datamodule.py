@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import lightning.pytorch as L
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from datamodules.base import DataConfigError, DataFormatError, MissingDataError, check_files, not_utf8, resolve_root
 from zoo.formalisms import Formalism, FormalismError, get_formalism
@@ -122,6 +122,39 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         return -(-len(self.lengths) // self.batch_size)
 
 
+class EvaluationShardSampler(DistributedSampler):
+    """One process's share of a validation or test set under DDP: the one-process batches, whole, batch ``b`` to
+    rank ``b mod world``, so every example is evaluated once (no padding, no repeats, unlike ``DistributedSampler``)
+    and in the same batch as in one process (the same padding, so the same numbers). With fewer batches than
+    processes, each rank takes a contiguous share of the examples instead. Ranks may get different numbers of
+    batches: evaluation must not run a collective per step (DDP's ``broadcast_buffers`` is off in the DDP trainer
+    configs), and ``Parser`` gathers the rows by ``batch["indices"]``.
+
+    A ``DistributedSampler`` by type only, so that Lightning's ``use_distributed_sampler`` leaves it in place.
+    """
+
+    def __init__(self, size: int, batch_size: int, num_replicas: int, rank: int):  # (no super().__init__: it pads)
+        if size < num_replicas:
+            raise DataConfigError(f"{size} evaluation examples for {num_replicas} processes: each process needs one; "
+                                  "evaluate with fewer processes (trainer.devices) or more examples (data.limit_eval)")
+        self.size, self.batch_size, self.num_replicas, self.rank = size, batch_size, num_replicas, rank
+        self.epoch, self.shuffle, self.drop_last, self.seed = 0, False, False, 0
+
+    def indices(self) -> list[int]:
+        starts = range(0, self.size, self.batch_size)
+        if len(starts) < self.num_replicas:
+            return list(range(self.rank * self.size // self.num_replicas,
+                              (self.rank + 1) * self.size // self.num_replicas))
+        return [i for start in starts[self.rank::self.num_replicas]
+                for i in range(start, min(start + self.batch_size, self.size))]
+
+    def __iter__(self):
+        return iter(self.indices())
+
+    def __len__(self) -> int:
+        return len(self.indices())
+
+
 def fixed_subset(examples: list[Example], size: int | None, seed: int) -> list[Example]:
     """``size`` examples drawn by ``seed`` alone, in their source order: the same subset for every run and model
     (a fixed validation subset, a low-resource training sample); all of them when ``size`` is None or too large."""
@@ -132,7 +165,8 @@ def fixed_subset(examples: list[Example], size: int | None, seed: int) -> list[E
 
 
 class EncodedDataset(Dataset):
-    """Examples encoded on access: ``(example, featurizer.encode(example))``."""
+    """Examples encoded on access: ``(example, featurizer.encode(example), i)``, ``i`` the example's position in the
+    split (under DDP, evaluation rows are put back in order by it)."""
 
     def __init__(self, examples: list[Example], featurizer: Featurizer):
         self.examples, self.featurizer = examples, featurizer
@@ -141,11 +175,13 @@ class EncodedDataset(Dataset):
         return len(self.examples)
 
     def __getitem__(self, i: int):
-        return self.examples[i], self.featurizer.encode(self.examples[i])
+        return self.examples[i], self.featurizer.encode(self.examples[i]), i
 
 
 class Collate:
-    """``featurizer.collate`` of the encodings, plus ``batch["examples"]`` (the metrics compare against them).
+    """``featurizer.collate`` of the encodings, plus ``batch["examples"]`` (the metrics compare against them) and,
+    for items ``(example, encoding, index)`` (``EncodedDataset``'s), ``batch["indices"]``: the examples' positions in
+    their split.
 
     A class rather than a closure so that worker processes can pickle it.
     """
@@ -154,8 +190,10 @@ class Collate:
         self.featurizer = featurizer
 
     def __call__(self, items: list[tuple[Example, Any]]) -> dict[str, Any]:
-        batch = self.featurizer.collate([encoded for _, encoded in items])
-        batch["examples"] = [example for example, _ in items]
+        batch = self.featurizer.collate([item[1] for item in items])
+        batch["examples"] = [item[0] for item in items]
+        if items and all(len(item) > 2 for item in items):
+            batch["indices"] = [item[2] for item in items]
         return batch
 
 
@@ -292,6 +330,9 @@ class ParsingDataModule(L.LightningDataModule):
         examples = getattr(self, examples_attr)
         batching: dict[str, Any] = {"batch_size": self.batch_size if shuffle else self.eval_batch_size,
                                     "shuffle": shuffle}
+        if not shuffle and self._distributed():
+            batching["sampler"] = EvaluationShardSampler(len(examples), self.eval_batch_size, self.trainer.world_size,
+                                                         self.trainer.global_rank)
         length = getattr(self.featurizer, "length", None)  # None, or returning None: the model does not bucket
         if shuffle and self.bucket_by_length and length is not None and not self._distributed():
             lengths = [length(example) for example in examples]
@@ -303,7 +344,8 @@ class ParsingDataModule(L.LightningDataModule):
                           persistent_workers=self.num_workers > 0)
 
     def _distributed(self) -> bool:
-        # Under DDP Lightning shards the data with its own sampler, which a custom batch sampler would bypass.
+        # Under DDP Lightning shards training data with its own sampler, which a custom batch sampler would bypass;
+        # evaluation data is sharded by EvaluationShardSampler.
         trainer = getattr(self, "trainer", None)
         return trainer is not None and trainer.world_size > 1
 

@@ -873,6 +873,9 @@ class GroundedGraphDecoder(Parser):
                     tally[i, i] += sum(score.emr for score in scores)
             elif not isinstance(batch["target"], str):
                 tally += self.exact_by_thresholds(out, batch["target"]).cpu()
+        # under DDP each process tallied its shard of dev (EvaluationShardSampler): the counts of all of dev, the
+        # same on every rank, choose the same thresholds everywhere
+        tally = self.trainer.strategy.reduce(tally.to(self.device), reduce_op="sum").cpu()
         edge, attribute, right = self.best_thresholds(tally)
         self.hparams.threshold, self.hparams.attribute_threshold = edge, attribute
         log.info("decision thresholds %.2f (edges), %.2f (attributes), chosen on dev: %s %.4f", edge, attribute,

@@ -54,6 +54,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             f"ckpt_path=last: the run in {run_dir} already finished (its row of {rows[-1]['time']}): "
             "test_only=true tests it again, overwrite=true trains it again")
     retrieval = cfg.get("retrieval", {}).get("name", "none")
+    if (retrieval != "none" or cfg.get("ir", "none") != "none") and _several_processes(cfg):
+        # every process would run the stages' predictions and write the method's files and row
+        raise RunConfigError(f"{'retrieval=' + retrieval if retrieval != 'none' else 'ir=' + str(cfg.ir)} runs its "
+                             "stages in one process: drop trainer=ddp / trainer=cpu_ddp (or set trainer.devices=1)")
     if retrieval != "none":
         if cfg.get("ir", "none") != "none":
             raise RunConfigError(f"retrieval={retrieval} and ir={cfg.ir} do not combine: choose one of them")
@@ -61,6 +65,20 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if cfg.get("ir", "none") != "none":
         return run_pipeline(cfg, run_dir)
     return train_and_test(cfg, run_dir)
+
+
+def _several_processes(cfg: DictConfig) -> bool:
+    """Whether the trainer config asks for DDP over more than one device (``devices: -1``: every GPU there is)."""
+    devices = cfg.trainer.get("devices", 1)
+    if not cfg.trainer.get("strategy") or devices in ("auto", None):
+        return False
+    if devices == -1:
+        import torch
+
+        return cfg.trainer.get("accelerator") == "cpu" or torch.cuda.device_count() > 1
+    if isinstance(devices, str):  # "2", or "0,1": GPU indices
+        return int(devices) > 1 if devices.strip().isdigit() else len(devices.strip(",").split(",")) > 1
+    return devices > 1 if isinstance(devices, int) else len(devices) > 1
 
 
 def _saved_after(finished: dict[str, str], run_dir: Path) -> bool:

@@ -5,6 +5,7 @@ prediction, metrics, collected predictions and checkpointed featurizer state liv
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
@@ -30,6 +31,46 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     if not isinstance(checkpoint, dict) or not {"state_dict", "model_name", "featurizer"} <= checkpoint.keys():
         raise RunConfigError(f"{path}: not a checkpoint of this zoo (no state_dict, model_name and featurizer)")
     return checkpoint
+
+
+def distributed() -> bool:
+    """Whether this process is one of several (DDP)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def state_digest(state: Any) -> str:
+    """A digest of a featurizer's ``state_dict`` that is the same in every process for equal states: dicts by sorted
+    key, sets sorted (their order follows each process's string hashing), tensors by dtype, shape and bytes."""
+    digest = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, dict):
+            digest.update(b"{")
+            for key in sorted(value, key=repr):
+                feed(key)
+                feed(value[key])
+            digest.update(b"}")
+        elif isinstance(value, (set, frozenset)):
+            digest.update(b"<")
+            for text in sorted(repr(item) for item in value):
+                digest.update(text.encode())
+            digest.update(b">")
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"[")
+            for item in value:
+                feed(item)
+            digest.update(b"]")
+        elif isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.numpy().tobytes() if tensor.dtype != torch.bfloat16 else
+                          tensor.view(torch.int16).numpy().tobytes())
+        else:
+            digest.update(repr(value).encode())
+        digest.update(b",")
+
+    feed(state)
+    return digest.hexdigest()
 
 
 class UnsupportedFormalismError(ValueError):
@@ -100,6 +141,7 @@ class Parser(L.LightningModule):
         self.val_metrics = MetricCollection({"exact_match": ExactMatch()}, prefix="val/", compute_groups=False)
         self.test_metrics = self.val_metrics.clone(prefix="test/")
         self.test_predictions: list[dict[str, Any]] = []
+        self._test_rows: list[tuple[int, dict[str, Any]]] = []  # (index in the test set, row), this rank's
         self.attach_world(None)
 
     def attach_world(self, world: Any) -> None:
@@ -120,6 +162,17 @@ class Parser(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and self.scorer.world is None:
             self.attach_world(datamodule.world)
+        if distributed():
+            self.check_same_featurizer()
+
+    def check_same_featurizer(self) -> None:
+        """Under DDP every process fits its own featurizer on train: they must agree (one vocabulary order, one
+        inventory), or the ranks would train one model on different encodings. A digest per rank, compared."""
+        digests: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(digests, state_digest(self.featurizer.state_dict()))
+        if len(set(digests)) > 1:
+            raise RuntimeError(f"{type(self.featurizer).__name__}: the processes fitted different featurizers "
+                               f"(state digests {digests}); its fit must depend on the training data alone")
 
     # ----- construction -------------------------------------------------------------------------------------
     @classmethod
@@ -195,20 +248,32 @@ class Parser(L.LightningModule):
         self._evaluate(batch, self.val_metrics)
 
     def on_test_epoch_start(self) -> None:
-        self.test_predictions = []
+        self.test_predictions, self._test_rows = [], []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         predictions, details, scores = self._evaluate(batch, self.test_metrics)
-        for example, prediction, detail, score in zip(batch["examples"], predictions, details, scores):
-            self.test_predictions.append({"utterance": example.utterance, "gold": example.program,
-                                          "prediction": prediction, **score.fields(), **detail})
+        # (a batch built by hand has no indices: rows in the order they come)
+        indices = batch.get("indices") or range(len(self._test_rows), len(self._test_rows) + len(predictions))
+        for index, example, prediction, detail, score in zip(indices, batch["examples"], predictions, details,
+                                                              scores):
+            self._test_rows.append((index, {"utterance": example.utterance, "gold": example.program,
+                                            "prediction": prediction, **score.fields(), **detail}))
 
     def on_test_epoch_end(self) -> None:
-        # Each DDP rank saw a shard; give every rank the full list so rank 0 can write it.
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        """``test_predictions``: every rank's rows, in test-set order. Under DDP each rank tested a shard
+        (``EvaluationShardSampler``); every rank gets the whole list, so rank 0 can write it and a model can compute
+        a test metric from it (span_cky's tree F1) on every rank alike."""
+        rows = self._test_rows
+        if distributed():
             shards: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(shards, self.test_predictions)
-            self.test_predictions = [row for shard in shards for row in shard]
+            dist.all_gather_object(shards, rows)
+            rows = [row for shard in shards for row in shard]
+        rows.sort(key=lambda row: row[0])
+        indices = [index for index, _ in rows]
+        if len(set(indices)) != len(indices):  # a sampler that pads would score some examples twice
+            raise RuntimeError(f"test examples evaluated more than once: {len(indices)} rows for "
+                               f"{len(set(indices))} examples")
+        self.test_predictions = [row for _, row in rows]
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> list[str]:
         return self.parse(batch)

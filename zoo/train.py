@@ -168,6 +168,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     logger = instantiate(cfg.logger, save_dir=str(run_dir)) if cfg.get("logger") else False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=[best, last, throughput, curve, *extra_callbacks],
                                      logger=logger, default_root_dir=str(run_dir), **_step_bounds(cfg.trainer))
+    _check_distributed(trainer)
 
     train_seconds = None
     if tested is None:
@@ -183,7 +184,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     test_metrics = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, verbose=False)[0]
 
     row: dict[str, Any] = {}
-    if trainer.is_global_zero:
+    if trainer.is_global_zero:  # the other DDP processes write nothing (Parser gathered their rows here)
         write_jsonl(run_dir / "predictions.jsonl", model.test_predictions)
         row = {
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -203,10 +204,13 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             "train_seconds": "" if tested else round(train_seconds, 1),
             "epochs": "" if tested else trainer.current_epoch,
             "global_steps": "" if tested else trainer.global_step,
-            "train_examples_per_s": "" if tested else round(throughput.examples / max(throughput.seconds, 1e-9), 1),
+            # every process trains on as many examples as this one (DistributedSampler): all of them together
+            "train_examples_per_s": "" if tested else round(
+                throughput.examples * trainer.world_size / max(throughput.seconds, 1e-9), 1),
             **({} if tested else convergence_columns(curve.points, trainer.global_step)),
             "test_examples_per_s": round(len(datamodule.test) / max(throughput.test_seconds, 1e-9), 1),
             "hardware": hardware_string(trainer),
+            "processes": trainer.world_size,  # training and testing processes (DDP), each on its own device
             "peak_memory_mb": round(_peak_memory_mb(), 1),
             "resumed": bool(resume_from),
             "run_dir": path_for_row(run_dir),
@@ -216,6 +220,15 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
                  run_dir / "predictions.jsonl")
     return row
+
+
+def _check_distributed(trainer: L.Trainer) -> None:
+    """Several processes must not run a collective per evaluation step: their shards of dev and test may differ by
+    a batch (``EvaluationShardSampler``), and DDP broadcasts buffers before every forward unless told not to."""
+    if trainer.world_size > 1 and getattr(trainer.strategy, "_ddp_kwargs", {}).get("broadcast_buffers", True):
+        raise RunConfigError(
+            f"trainer.strategy: {trainer.world_size} processes need a DDPStrategy with broadcast_buffers: false "
+            "(evaluation shards may differ by a batch); use trainer=cpu_ddp or trainer=ddp, which set it")
 
 
 def _step_bounds(trainer_cfg: DictConfig) -> dict[str, int]:
@@ -339,10 +352,12 @@ def git_commit() -> str:
 
 
 def hardware_string(trainer: L.Trainer | None = None) -> str:
-    """The GPU a trainer runs on, else this machine's CPU and torch's thread count."""
+    """The GPU a trainer runs on, else this machine's CPU and torch's thread count (per process), and the number of
+    processes where there are several (DDP; also the results' ``processes`` column)."""
     on_cuda = trainer is not None and trainer.accelerator.__class__.__name__.lower().startswith("cuda")
     if on_cuda and torch.cuda.is_available():
         return f"{trainer.num_devices}x {torch.cuda.get_device_name(0)}"
+    processes = trainer.world_size if trainer is not None else 1
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -351,7 +366,8 @@ def hardware_string(trainer: L.Trainer | None = None) -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, torch threads: {torch.get_num_threads()}"
+    threads = f"torch threads: {torch.get_num_threads()}"
+    return f"{cpu}, {threads}" if processes == 1 else f"{cpu}, {processes} processes, {threads} each"
 
 
 def _peak_memory_mb() -> float:
