@@ -71,13 +71,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.data import Batch, Data
 
 from zoo.formalisms import FormalismError, get_formalism
 from zoo.formalisms.sparql import FILTER_RELATION, Filter, SparqlQuery, Triple
-from zoo.parser import Featurizer, Parser
+from zoo.parser import Featurizer, Parser, distributed
 from zoo.registry import register_model
 from zoo.types import Example
 
@@ -875,7 +876,10 @@ class GroundedGraphDecoder(Parser):
                 tally += self.exact_by_thresholds(out, batch["target"]).cpu()
         # under DDP each process tallied its shard of dev (EvaluationShardSampler): the counts of all of dev, the
         # same on every rank, choose the same thresholds everywhere
-        tally = self.trainer.strategy.reduce(tally.to(self.device), reduce_op="sum").cpu()
+        if distributed():
+            tally = tally.to(self.device)  # (NCCL reduces on the GPU)
+            dist.all_reduce(tally)
+            tally = tally.cpu()
         edge, attribute, right = self.best_thresholds(tally)
         self.hparams.threshold, self.hparams.attribute_threshold = edge, attribute
         log.info("decision thresholds %.2f (edges), %.2f (attributes), chosen on dev: %s %.4f", edge, attribute,

@@ -193,6 +193,27 @@ def test_decision_thresholds_are_chosen_on_dev(monkeypatch):
     assert model.thresholds == (0.5, 0.5)
 
 
+def test_decision_thresholds_count_the_dev_questions_of_every_process(monkeypatch):
+    """Under DDP each process tallies its shard of dev; the thresholds come from the sum over processes."""
+    import models.ggd
+
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
+                                 attention_dim=8)
+    batch = {**featurizer.collate([featurizer.encode(e) for e in EXAMPLES]), "examples": EXAMPLES}
+    model.trainer = SimpleNamespace(datamodule=SimpleNamespace(
+        val=EXAMPLES, val_dataloader=lambda: [batch], transfer_batch_to_device=lambda b, device, index: b))
+    index = {t: i for i, t in enumerate(model.THRESHOLDS)}
+    here, other = (torch.zeros(len(index), len(index), dtype=torch.long) for _ in range(2))
+    here[index[0.3], index[0.1]] = 2  # this process's best pair
+    other[index[0.2], index[0.45]] = 3  # the other process's: together (0.2, 0.45) has 3, (0.3, 0.1) 2
+    monkeypatch.setattr(model, "exact_by_thresholds", lambda out, target: here.clone())
+    monkeypatch.setattr(models.ggd, "distributed", lambda: True)
+    monkeypatch.setattr(models.ggd.dist, "all_reduce", lambda tally: tally.add_(other))
+    model.on_test_start()
+    assert model.thresholds == (0.2, 0.45)
+
+
 def test_exact_match_by_threshold_pair_agrees_with_decoding():
     """``exact_by_thresholds`` counts, without decoding, the questions ``decode`` gets right at each (edge,
     attribute) threshold pair, the fallback of a query where nothing passes included."""
