@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import lightning.pytorch as L
+import numpy as np
 import torch
 import torch.distributed as dist
 from torchmetrics import MetricCollection
@@ -65,6 +66,9 @@ def state_digest(state: Any) -> str:
             digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
             digest.update(tensor.numpy().tobytes() if tensor.dtype != torch.bfloat16 else
                           tensor.view(torch.int16).numpy().tobytes())
+        elif isinstance(value, np.ndarray):  # (whose repr elides the middle of a large array)
+            digest.update(f"{value.dtype}{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
         else:
             digest.update(repr(value).encode())
         digest.update(b",")
