@@ -168,7 +168,8 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads):
         GroundedGraphDecoder(featurizer, "cfq_sparql", attention_heads=0)
 
 
-def test_decision_thresholds_are_chosen_on_dev(monkeypatch):
+def _model_with_dev():
+    """A tiny GGD whose (mock) trainer hands it EXAMPLES as dev, and the index of each threshold."""
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
                                  attention_dim=8)
@@ -176,6 +177,11 @@ def test_decision_thresholds_are_chosen_on_dev(monkeypatch):
     model.trainer = SimpleNamespace(datamodule=SimpleNamespace(
         val=EXAMPLES, val_dataloader=lambda: [batch], transfer_batch_to_device=lambda b, device, index: b))
     index = {t: i for i, t in enumerate(model.THRESHOLDS)}
+    return model, index
+
+
+def test_decision_thresholds_are_chosen_on_dev(monkeypatch):
+    model, index = _model_with_dev()
     tally = torch.zeros(len(index), len(index), dtype=torch.long)
     tally[index[0.3], index[0.1]] = tally[index[0.2], index[0.45]] = 3  # exact questions at (edge, attribute)
     monkeypatch.setattr(model, "exact_by_thresholds", lambda out, target: tally)
@@ -197,13 +203,7 @@ def test_decision_thresholds_count_the_dev_questions_of_every_process(monkeypatc
     """Under DDP each process tallies its shard of dev; the thresholds come from the sum over processes."""
     import models.ggd
 
-    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
-    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, num_layers=1,
-                                 attention_dim=8)
-    batch = {**featurizer.collate([featurizer.encode(e) for e in EXAMPLES]), "examples": EXAMPLES}
-    model.trainer = SimpleNamespace(datamodule=SimpleNamespace(
-        val=EXAMPLES, val_dataloader=lambda: [batch], transfer_batch_to_device=lambda b, device, index: b))
-    index = {t: i for i, t in enumerate(model.THRESHOLDS)}
+    model, index = _model_with_dev()
     here, other = (torch.zeros(len(index), len(index), dtype=torch.long) for _ in range(2))
     here[index[0.3], index[0.1]] = 2  # this process's best pair
     other[index[0.2], index[0.45]] = 3  # the other process's: together (0.2, 0.45) has 3, (0.3, 0.1) 2
