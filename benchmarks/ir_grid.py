@@ -92,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [job for seed in args.seeds
             for job in grid_jobs(args.data, args.models, seed, args.overrides + ["resume=true"] * args.resume,
                                  args.grid, args.alphas)]
-    outcome = run_jobs(jobs, args.workers, time.time() + args.deadline_s, log_dir)
+    try:
+        outcome = run_jobs(jobs, args.workers, time.time() + args.deadline_s, log_dir)
+    except KeyboardInterrupt:  # (Ctrl-C or SIGTERM) the running jobs were stopped and left no row
+        print("ir_grid: interrupted; the same command with --resume resumes the interrupted jobs", flush=True)
+        return 130
     print("\n".join(f"{outcome[job.name]:45s} {job.name}" for job in jobs))
     return 0 if all(result == "ok" for result in outcome.values()) else 1
 
