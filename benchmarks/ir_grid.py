@@ -21,7 +21,6 @@ same command with ``--resume`` later skips the runs that finished and resumes th
 from __future__ import annotations
 
 import argparse
-import os  # noqa: F401  (tests set the cores a job sees through ir_grid.os)
 import sys
 import time
 from pathlib import Path

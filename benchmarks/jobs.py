@@ -2,8 +2,8 @@
 suites (``benchmarks/suite.py``): at most ``workers`` at once, each once the jobs it needs succeeded, until a
 deadline, with one progress line per job (start, its outcome and how long it took) and a log file per job.
 
-Each job runs in the repository root with the repository first on ``PYTHONPATH``, so that a job started from a
-checkout (or a git worktree) imports that checkout's code, not an installed copy of the zoo.
+Each job runs in the repository root; ``benchmarks/run.py`` puts its own checkout first on ``PYTHONPATH``, so that
+a job started from a checkout (or a git worktree) imports that checkout's code, not an installed copy of the zoo.
 """
 from __future__ import annotations
 
@@ -41,11 +41,9 @@ def log_name(name: str) -> str:
 
 
 def job_environment(workers: int) -> dict[str, str]:
-    """The environment of each job: this checkout first on ``PYTHONPATH``, and each job's share of the cores
-    (zoo/threads.py) unless ``OMP_NUM_THREADS`` says otherwise."""
-    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(threads_per_job(workers))}
+    """The environment of each job: each job's share of the cores (zoo/threads.py) unless ``OMP_NUM_THREADS`` says
+    otherwise."""
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(threads_per_job(workers))}
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 60.0) -> None:

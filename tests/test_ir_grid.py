@@ -1,5 +1,6 @@
 """benchmarks/ir_grid.py: the job order, dependencies and the deadline (with stand-in commands)."""
 import importlib.util
+import os
 import sys
 import time
 
@@ -45,7 +46,7 @@ def test_failed_needs_skip_a_job_and_the_deadline_stops_the_rest(tmp_path):
 
 
 def test_each_job_gets_its_share_of_the_cores_unless_omp_num_threads_is_set(tmp_path, monkeypatch):
-    monkeypatch.setattr(ir_grid.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     jobs = [Job(f"job{i}", python("import os; print(os.environ['OMP_NUM_THREADS'])"), []) for i in range(2)]
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     run_jobs(jobs, workers=4, deadline=time.time() + 60, log_dir=tmp_path)
