@@ -65,8 +65,9 @@ def measure_test_set(model, examples: list, batch_size: int) -> tuple[dict[int, 
         scores, seconds = timed(model, batch)
         encoder_seconds += seconds
         for example, n in enumerate(batch["lengths"].tolist()):
-            _, chart_seconds = timed(model._chart, scores[example], n)
-            _, decode_seconds = timed(model.decode, scores[example], n)
+            function_words = batch["function_words"][example]
+            _, chart_seconds = timed(model._chart, scores[example], n, function_words)
+            _, decode_seconds = timed(model.decode, scores[example], n, function_words)
             timings[n].append((chart_seconds, decode_seconds))
     return timings, encoder_seconds
 

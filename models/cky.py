@@ -147,10 +147,17 @@ def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:
 
 
 def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, ternary: bool = False,
-          composition: Composition | None = None) -> Chart:
+          composition: Composition | None = None, barred: torch.Tensor | None = None, prune_ternary: bool = False,
+          distinct_scores: bool = False) -> Chart:
     """K-best CKY. ``constant_scores`` [n+1, n+1, Σ] and ``join_scores`` [n+1, n+1] are shifted scores (``shift``)
     indexed by half-open spans ``(i, j)``; entries with j <= i are never read. With ``composition`` the chart keeps
-    only derivations whose sub-programs compose within the gold program (hard-EM)."""
+    only derivations whose sub-programs compose within the gold program (hard-EM).
+
+    Three details of the authors' implementation (jonathanherzig/span-based-sp, ``utils/cky.py``), off by default:
+    ``barred`` [n+1, n+1] marks the spans no constant may sit on (there, those holding a function word such as "is"
+    or "the": ``function_spans``); ``prune_ternary`` drops ternary derivations scoring below 0 (they did so at
+    inference only); ``distinct_scores`` keeps one derivation per score in each span and at the root, the first
+    of the candidates in this module's order, as their chart kept a set of the scores it had seen."""
     n = constant_scores.shape[0] - 1
     if n < 1:
         raise ValueError("an utterance needs at least one token")
@@ -158,17 +165,21 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     if composition is not None:
         allowed = composition.constant >= 0
         constant_scores = constant_scores.masked_fill(~allowed, float("-inf"))
+    if barred is not None:
+        constant_scores = constant_scores.masked_fill(barred.cpu()[..., None], float("-inf"))
     chart = Chart(n, k)
     width = min(k, constant_scores.shape[-1])
     best, chart.constants[..., :width] = constant_scores.topk(width, dim=-1)
     terminal_scores = torch.full((n + 1, n + 1, k), float("-inf"))
     terminal_scores[..., :width] = best
-    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition)
+    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition, prune_ternary, distinct_scores)
     for length in range(1, n + 1):
         starts = torch.arange(0, n - length + 1)
         scores, back, programs = builder(starts, length)
         if composition is not None:
             scores = _best_per_program(scores, programs)
+        if distinct_scores:
+            scores = _first_of_each_score(scores)
         top = scores.topk(min(k, scores.shape[1]), dim=1)
         ends = starts + length
         chart.scores[starts, ends, :top.values.shape[1]] = top.values
@@ -177,6 +188,8 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     scores, back, programs = builder(torch.tensor([0]), n, root=True)
     if composition is not None:  # at the root only the gold program itself is right
         scores = scores.masked_fill(programs != composition.gold, float("-inf"))
+    if distinct_scores:
+        scores = _first_of_each_score(scores)
     order = scores[0].argsort(descending=True)
     chart.root_scores, chart.root_back, chart.root_programs = scores[0, order], back[0, order], programs[0, order]
     return chart
@@ -196,13 +209,34 @@ def _best_per_program(scores: torch.Tensor, programs: torch.Tensor) -> torch.Ten
     return scores.masked_fill(~keep, float("-inf"))
 
 
+def _first_of_each_score(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` [N, X] with every candidate whose score equals an earlier candidate's (in its row) set to -inf."""
+    order = scores.argsort(dim=1, descending=True, stable=True)  # equal scores stay in candidate order
+    ranked = scores.gather(1, order)
+    repeated = torch.zeros_like(ranked, dtype=torch.bool)
+    repeated[:, 1:] = (ranked[:, 1:] == ranked[:, :-1]) & torch.isfinite(ranked[:, 1:])
+    return scores.masked_fill(torch.zeros_like(repeated).scatter(1, order, repeated), float("-inf"))
+
+
+def function_spans(positions: list[int], n: int) -> torch.Tensor | None:
+    """[n+1, n+1] True for the spans ``(i, j)`` holding a word at one of ``positions``; None when there is none."""
+    if not positions:
+        return None
+    marks = torch.zeros(n + 1, dtype=torch.long)
+    marks[torch.tensor(positions) + 1] = 1
+    before = marks.cumsum(0)  # before[j]: function words among the first j words
+    return (before[None, :] - before[:, None]) > 0
+
+
 class _Candidates:
     """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, flattened per start: scores
     [N, X], back pointers [N, X, 6], Composition ids [N, X]."""
 
-    def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None):
+    def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None,
+                 prune_ternary: bool = False, distinct_scores: bool = False):
         self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
         self.ternary, self.composition = ternary, composition
+        self.prune_ternary, self.distinct_scores = prune_ternary, distinct_scores
 
     def compose(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
@@ -266,15 +300,20 @@ class _Candidates:
             outer = chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]  # [N, P, K, K]
             outer_programs = self.compose(chart.programs[i, s1][..., :, None], chart.programs[s2, j][..., None, :])
             outer, outer_programs = outer.flatten(-2), outer_programs.flatten(-2)  # [N, P, K*K]
+            rows = outer.shape[0] * outer.shape[1]
             if self.composition is not None:
-                rows = outer.shape[0] * outer.shape[1]
                 outer = outer.masked_fill(outer_programs < 0, float("-inf"))
                 outer = _best_per_program(outer.reshape(rows, -1), outer_programs.reshape(rows, -1)).view_as(outer)
+            if self.distinct_scores:  # equal outer pairs make equal derivations: the K best must differ
+                outer = _first_of_each_score(outer.reshape(rows, -1)).view_as(outer)
             best_outer = outer.topk(k, dim=-1)  # [N, P, K]
             kl, kr = best_outer.indices // k, best_outer.indices % k
             outer_programs = outer_programs.gather(-1, best_outer.indices)
-            add(best_outer.values[..., :, None] + chart.scores[s1, s2][..., None, :] + join[:, None, None, None],
-                TERNARY, s1=s1[..., None, None], s2=s2[..., None, None], kl=kl[..., :, None],
+            ternary_scores = best_outer.values[..., :, None] + chart.scores[s1, s2][..., None, :] \
+                + join[:, None, None, None]
+            if self.prune_ternary:
+                ternary_scores = ternary_scores.masked_fill(ternary_scores < 0, float("-inf"))
+            add(ternary_scores, TERNARY, s1=s1[..., None, None], s2=s2[..., None, None], kl=kl[..., :, None],
                 km=ks[None, None, None, :], kr=kr[..., :, None],
                 programs=self.compose(outer_programs[..., :, None], chart.programs[s1, s2][..., None, :]))
         scores, back, programs = (torch.cat(column, dim=1) for column in zip(*parts))

@@ -51,17 +51,26 @@ from zoo.types import Example
 PAD, UNK = "<pad>", "<unk>"
 MAX_PHRASE = 4  # longest lexicon phrase looked up, in words
 ENCODERS = ("lstm", "minilm")
+# The manual lexicons (models/lexicons/): ours, written for this zoo, and the one of the authors' implementation
+LEXICONS = {"ours": "{formalism}.json", "authors": "{formalism}.authors.json"}
+# Words no constant may sit on in the authors' CKY (jonathanherzig/span-based-sp, utils/cky.py), in every domain
+FUNCTION_WORDS = ("is", "are", "the", "it", "which", "do", "does", "a", "?", ".")
 
 
 def pad_mask(lengths: list[int], width: int) -> torch.Tensor:
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
 
 
-def manual_lexicon(formalism: str) -> dict[str, list[str]]:
-    """The hand-written lexicon of §3.3 (at most two phrases per constant), shipped with the model as
-    ``models/lexicons/<formalism>.json``; empty where none is written yet."""
-    path = Path(__file__).parent / "lexicons" / f"{formalism}.json"
+def manual_lexicon(formalism: str, lexicon: str = "ours") -> dict[str, list[str]]:
+    """A hand-written lexicon of §3.3 (at most two phrases per constant), shipped with the model in
+    ``models/lexicons/``: ``ours`` or the ``authors`` one; empty where ours is not written for the formalism."""
+    if lexicon not in LEXICONS:
+        raise ValueError(f"model.featurizer.lexicon must be one of {', '.join(LEXICONS)}, not {lexicon!r}")
+    path = Path(__file__).parent / "lexicons" / LEXICONS[lexicon].format(formalism=formalism)
     if not path.is_file():
+        if lexicon != "ours":
+            raise ValueError(f"model.featurizer.lexicon={lexicon}: there is no {path.name} for {formalism} in "
+                             f"{path.parent}")
         return {}
     entries = {c: p for c, p in json.loads(path.read_text(encoding="utf-8")).items() if not c.startswith("_")}
     crowded = [c for c, phrases in entries.items() if not isinstance(phrases, list) or len(phrases) > 2]
@@ -73,13 +82,18 @@ def manual_lexicon(formalism: str) -> dict[str, list[str]]:
 class SpanFeaturizer(Featurizer):
     """Words to ids (or to MiniLM word pieces), the category inventory Σ, and lexicon matches per span."""
 
-    def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True, encoder: str = "lstm"):
+    def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True, encoder: str = "lstm",
+                 lexicon: str = "ours", function_words: bool = False):
         if encoder not in ENCODERS:
             raise ValueError(f"span_cky: unknown encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
+        if lexicon not in LEXICONS:
+            raise ValueError(f"model.featurizer.lexicon must be one of {', '.join(LEXICONS)}, not {lexicon!r}")
         self.formalism = formalism
         self.language = span_language(formalism)  # refuses a formalism without span types before anything else
         self.lowercase = lowercase
-        self.manual_lexicon = manual_lexicon  # add models/lexicons/<formalism>.json to the entity lexicon
+        self.manual_lexicon = manual_lexicon  # add the manual lexicon to the entity lexicon
+        self.lexicon_name = lexicon  # which manual lexicon (LEXICONS)
+        self.function_words = function_words  # no constant on a span holding one of FUNCTION_WORDS
         self.encoder = encoder
         self.tokenizer = AutoTokenizer.from_pretrained(minilm_path()) if encoder == "minilm" else None
         self.words: dict[str, int] = {}
@@ -107,7 +121,7 @@ class SpanFeaturizer(Featurizer):
         self.categories = sorted({c for e in examples for c in self.language.categories(e.program)}
                                  | self.language.domain_categories(world))
         index = {c: i for i, c in enumerate(self.categories)}
-        manual = manual_lexicon(self.formalism) if self.manual_lexicon else {}
+        manual = manual_lexicon(self.formalism, self.lexicon_name) if self.manual_lexicon else {}
         lexicon: dict[str, list[int]] = {}
         for category in self.categories:
             for phrase in self.language.entity_phrases(category) + manual.get(category, []):
@@ -126,6 +140,8 @@ class SpanFeaturizer(Featurizer):
                                                                     self.language, self.categories)
         # the annotated tree as training labels (gold_trees) and as the labeled spans tree F1 compares
         item = {"n": len(tokens), "matches": matches, "program": example.program,
+                "function_words": [i for i, t in enumerate(tokens) if t in FUNCTION_WORDS] if self.function_words
+                else [],
                 "gold_labels": None if gold_tree is None else self.tree_labels(gold_tree, len(tokens)),
                 "gold_spans": None if gold_tree is None else frozenset(labeled_spans(gold_tree, self.categories))}
         if self.tokenizer is None:
@@ -147,6 +163,7 @@ class SpanFeaturizer(Featurizer):
 
         batch = {"ids": pad("ids"), "lengths": torch.tensor([item["n"] for item in items]),
                  "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items],
+                 "function_words": [item["function_words"] for item in items],
                  "gold_labels": [item["gold_labels"] for item in items],
                  "gold_spans": [item["gold_spans"] for item in items]}
         if self.tokenizer is not None:  # word pieces: ids are pieces; a word starts at first, ends at last
@@ -170,11 +187,14 @@ class SpanFeaturizer(Featurizer):
 
     def state_dict(self) -> dict[str, Any]:
         return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
-                "encoder": self.encoder, "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
+                "encoder": self.encoder, "lexicon_name": self.lexicon_name, "function_words": self.function_words,
+                "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
-        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"])
+        # (checkpoints from before the two options have neither: ours, without function words)
+        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"],
+                         state.get("lexicon_name", "ours"), state.get("function_words", False))
         featurizer.words, featurizer.categories = state["words"], state["categories"]
         featurizer.lexicon = {phrase: list(c) for phrase, c in state["lexicon"].items()}
         return featurizer
@@ -192,7 +212,8 @@ class SpanBasedParser(Parser):
                  hidden_size: int = 128, num_layers: int = 2, dropout: float = 0.2, span_hidden: int = 250,
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
                  lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
-                 share_entity_scores: bool = True):
+                 share_entity_scores: bool = True, learn_lexicon_weight: bool = False, prune_ternary: bool = False,
+                 distinct_scores: bool = False):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
@@ -216,6 +237,9 @@ class SpanBasedParser(Parser):
         self.span_scorer = nn.Sequential(nn.Linear(2 * width, span_hidden), nn.ReLU(),
                                          nn.Linear(span_hidden, len(rows) + 2))  # Eq. 2
         self.no_tree = 0  # training examples of this epoch without a tree for their gold program
+        # λ of §3.3; learned, it is lexicon_weight times a scale that starts at 1, as in the authors' implementation
+        # (a parameter times 10 there)
+        self.lexicon_scale = nn.Parameter(torch.ones(())) if learn_lexicon_weight else None
 
     @classmethod
     def build(cls, train: Sequence[Example], formalism: str, featurizer: dict | None = None,
@@ -253,10 +277,11 @@ class SpanBasedParser(Parser):
         inclusive = rows[..., self.score_rows]  # [B, n, n, C]: span i..j inclusive
         scores = inclusive.new_zeros(b, n + 1, n + 1, inclusive.shape[-1])
         scores[:, :n, 1:] = inclusive
+        weight = self.hparams.lexicon_weight * (1 if self.lexicon_scale is None else self.lexicon_scale)
         for example, matches in enumerate(batch["matches"]):
             if matches:
                 i, j, c = torch.tensor(matches, device=scores.device).t()
-                scores[example, i, j, c] += self.hparams.lexicon_weight
+                scores[example, i, j, c] += weight
         return scores
 
     def row_scores(self, scores: torch.Tensor) -> torch.Tensor:
@@ -267,11 +292,18 @@ class SpanBasedParser(Parser):
         empty = scores.new_full((*scores.shape[:-1], self.span_scorer[-1].out_features), float("-inf"))
         return empty.scatter_reduce(-1, index, scores, "amax")
 
-    def _chart(self, scores: torch.Tensor, n: int, composition=None, k: int | None = None) -> cky.Chart:
+    def _chart(self, scores: torch.Tensor, n: int, function_words: Sequence[int] = (), composition=None,
+               k: int | None = None) -> cky.Chart:
+        """The K-best chart of one utterance of ``n`` words from its span scores; no constant on a span holding
+        one of the ``function_words`` positions (the featurizer's, where ``function_words`` is on). Ternary pruning
+        applies at inference only, as the authors did."""
         featurizer = self.featurizer
         shifted = cky.shift(scores[:n + 1, :n + 1], featurizer.phi)
         return cky.parse(shifted[..., :featurizer.join], shifted[..., featurizer.join], k=k or self.hparams.k,
-                         ternary=self.hparams.ternary, composition=composition)
+                         ternary=self.hparams.ternary, composition=composition,
+                         barred=cky.function_spans(list(function_words), n),
+                         prune_ternary=self.hparams.prune_ternary and composition is None,
+                         distinct_scores=self.hparams.distinct_scores)
 
     def training_labels(self, scores: torch.Tensor, batch: dict[str, Any]) -> list[torch.Tensor | None]:
         """Per example, the [n+1, n+1] span labels to train on: hard-EM's E step (§3.3), the best tree under
@@ -283,8 +315,9 @@ class SpanBasedParser(Parser):
         for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
             composition = self.featurizer.composition(program)
             # one chart entry per sub-program of the gold: the constrained search is then exact, not K-best
-            best = None if composition is None else next(
-                self._chart(scores[example], n, composition, k=len(composition.table)).trees(), None)
+            best = None if composition is None else next(self._chart(
+                scores[example], n, batch["function_words"][example], composition, k=len(composition.table)).trees(),
+                None)
             labels.append(None if best is None else self.featurizer.tree_labels(best[1], n))
         return labels
 
@@ -313,12 +346,13 @@ class SpanBasedParser(Parser):
         self.log("train/no_tree", float(self.no_tree))  # §3.3: examples skipped for want of a tree, this epoch
         self.no_tree = 0
 
-    def decode(self, scores: torch.Tensor, n: int) -> tuple[str, set[tuple[int, int, str]] | None]:
+    def decode(self, scores: torch.Tensor, n: int, function_words: Sequence[int] = ()
+               ) -> tuple[str, set[tuple[int, int, str]] | None]:
         """CKY inference for one utterance of ``n`` words from its span scores (§3.2): the program of the best tree
         whose sub-programs compose, and that tree's labeled spans; ("", None) when none of the first ``max_trees``
-        root candidates composes (scored wrong)."""
+        root candidates composes (scored wrong). ``function_words``: as in ``_chart``."""
         language, categories = self.featurizer.language, self.featurizer.categories
-        chart = self._chart(scores, n)
+        chart = self._chart(scores, n, function_words)
         candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
                             self.hparams.max_trees)
         for _, meaning, back in candidates:
@@ -334,7 +368,7 @@ class SpanBasedParser(Parser):
         scores = self(batch)
         programs, details = [], []
         for example, n in enumerate(batch["lengths"].tolist()):
-            program, spans = self.decode(scores[example], n)
+            program, spans = self.decode(scores[example], n, batch["function_words"][example])
             programs.append(program)
             detail = {"span_tree": None if spans is None else [list(span) for span in sorted(spans)]}
             gold_spans = batch["gold_spans"][example]

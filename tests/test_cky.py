@@ -106,3 +106,81 @@ def test_composition_keeps_only_sub_programs_of_the_gold():
     assert [(node.start, node.end, node.label) for node in best.nodes()] == [(0, 2, JOIN), (0, 1, 0), (1, 2, 1)]
     unconstrained = next(cky.parse(constant_scores, join_scores, k=3).trees())[1]
     assert [(node.start, node.end, node.label) for node in unconstrained.nodes()] == [(0, 2, 0)]
+
+
+def allowed(tree, constant_scores, join_scores, barred=None, prune_ternary=False):
+    """Whether the authors' constraints let a tree be: no constant on a barred span, no ternary node scoring < 0."""
+    for node in tree.nodes():
+        if barred is not None and node.label >= 0 and barred[node.start, node.end]:
+            return False
+        if prune_ternary and len(node.children) == 3 and tree_score(node, constant_scores, join_scores) < 0:
+            return False
+    return True
+
+
+def test_function_spans_are_the_spans_holding_a_function_word():
+    barred = cky.function_spans([1], 3)
+    assert {(i, j) for i, j in itertools.combinations(range(4), 2) if barred[i, j]} == {(0, 2), (0, 3), (1, 2), (1, 3)}
+    assert cky.function_spans([], 3) is None
+
+
+@pytest.mark.parametrize("positions,prune_ternary", [([1], False), ([0, 3], False), ([], True), ([2], True)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_function_words_and_ternary_pruning_equal_brute_force(positions, prune_ternary, seed):
+    n, k, n_constants = 5, 4, 2
+    constant_scores, join_scores = random_scores(n, n_constants, seed)
+    constant_scores, join_scores = constant_scores + 0.5, join_scores + 0.5  # ternary nodes score both ways
+    barred = cky.function_spans(positions, n)
+    chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, barred=barred, prune_ternary=prune_ternary)
+    j_trees, root = enumerate_trees(n, n_constants, ternary=True)
+
+    def kept(trees):
+        return sorted((tree_score(t, constant_scores, join_scores) for t in trees
+                       if allowed(t, constant_scores, join_scores, barred, prune_ternary)), reverse=True)[:k]
+
+    for i, j in itertools.combinations(range(n + 1), 2):
+        expected = kept(j_trees(i, j))
+        assert chart.scores[i, j, :len(expected)].tolist() == pytest.approx(expected, abs=1e-5)
+        assert not torch.isfinite(chart.scores[i, j, len(expected):]).any()
+    found = list(itertools.islice(chart.trees(), k))
+    assert [score for score, _, _ in found] == pytest.approx(kept(root), abs=1e-5)
+    for _, tree, _ in found:
+        assert allowed(tree, constant_scores, join_scores, barred, prune_ternary)
+    if positions:  # the constraint binds: some tree of the unconstrained chart is not allowed
+        assert any(not allowed(t, constant_scores, join_scores, barred) for _, t, _ in
+                   itertools.islice(cky.parse(constant_scores, join_scores, k=k, ternary=True).trees(), 50))
+
+
+@pytest.mark.parametrize("ternary", [False, True])
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_distinct_scores_keep_the_k_best_different_scores(ternary, seed):
+    # integer scores tie often; each span keeps one derivation per score: the K best distinct scores of its trees
+    n, k, n_constants = 5, 3, 2
+    generator = torch.Generator().manual_seed(seed)
+    constant_scores = torch.randint(-2, 3, (n + 1, n + 1, n_constants), generator=generator).float()
+    join_scores = torch.randint(-2, 3, (n + 1, n + 1), generator=generator).float()
+    chart = cky.parse(constant_scores, join_scores, k=k, ternary=ternary, distinct_scores=True)
+    j_trees, root = enumerate_trees(n, n_constants, ternary)
+    ties = 0
+    for i, j in itertools.combinations(range(n + 1), 2):
+        scores = [tree_score(t, constant_scores, join_scores) for t in j_trees(i, j)]
+        expected = sorted(set(scores), reverse=True)[:k]
+        ties += len(sorted(scores, reverse=True)[:k]) > len(set(sorted(scores, reverse=True)[:k]))
+        assert chart.scores[i, j, :len(expected)].tolist() == expected
+    assert ties  # the table does tie
+    root_scores = [score for score, _, _ in chart.trees()]
+    assert len(root_scores) == len(set(root_scores))
+    assert root_scores[:k] == sorted({tree_score(t, constant_scores, join_scores) for t in root}, reverse=True)[:k]
+
+
+def test_distinct_scores_see_past_tied_outer_pairs_of_a_ternary_node():
+    # the outer children score {2, 1} each, so two outer pairs tie at 3; the middle word scores {10, 0, -10}. The
+    # three best distinct ternary scores are 14, 13 and 12 = (1 + 1) + 10: the K best outer pairs must differ
+    n, k = 3, 3
+    constant_scores, join_scores = torch.full((n + 1, n + 1, 3), -100.0), torch.full((n + 1, n + 1), -100.0)
+    constant_scores[0, 1] = constant_scores[2, 3] = torch.tensor([2.0, 1.0, -50.0])
+    constant_scores[1, 2] = torch.tensor([10.0, 0.0, -10.0])
+    join_scores[0, 3] = 0.0
+    chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, distinct_scores=True)
+    assert chart.scores[0, 3].tolist() == [14.0, 13.0, 12.0]
+    assert [score for score, _, _ in itertools.islice(chart.trees(), k)] == [14.0, 13.0, 12.0]

@@ -1,5 +1,6 @@
 """models/span_cky.py: a tiny SpanBasedSP learns trees it was never shown (hard-EM) and parses its training set;
 smoke runs through benchmarks/run.py; a dataset whose programs have no span types is refused."""
+import itertools
 import json
 
 import pytest
@@ -161,3 +162,57 @@ def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_
     monkeypatch.setenv("ZOO_DATA", str(tmp_path))
     with pytest.raises(SystemExit, match=r"^error: dataset 'scan_simple' is missing"):
         span_cky_speed.main([str(checkpoint), "--data", "scan_simple"])
+
+
+def test_the_lexicon_switch_loads_the_authors_lexicon_or_ours():
+    train = [Example("what states have a river with a lake in them",
+                     "answer ( state ( loc_1 ( river ( loc_1 ( lake ( all ) ) ) ) ) )", {})]
+    ours, authors = (SpanFeaturizer("funql", lexicon=name).fit(train) for name in ("ours", "authors"))
+    assert [ours.categories[c] for c in ours.lexicon["have"]] == ["loc_1"] and "with" not in ours.lexicon
+    assert [authors.categories[c] for c in authors.lexicon["with"]] == ["loc_1"] and "have" not in authors.lexicon
+    restored = SpanFeaturizer.from_state_dict(authors.state_dict())
+    assert restored.lexicon_name == "authors" and restored.lexicon == authors.lexicon
+    with pytest.raises(ValueError, match="model.featurizer.lexicon must be one of ours, authors, not 'theirs'"):
+        SpanFeaturizer("funql", lexicon="theirs")
+    with pytest.raises(ValueError, match=r"lexicon=authors: there is no scan_sp.authors.json"):
+        SpanFeaturizer("scan_sp", lexicon="authors").fit([Example("jump", "i_jump ( )", {})])
+
+
+def test_no_constant_sits_on_a_function_word_when_the_constraint_is_on():
+    train = [Example("what is the capital of texas ?", "answer ( capital_1 ( stateid ( 'texas' ) ) )", {})]
+    featurizer = SpanFeaturizer("funql", function_words=True).fit(train)
+    item = featurizer.encode(train[0])
+    assert item["function_words"] == [1, 2, 6]  # is, the, ?
+    assert SpanFeaturizer("funql").fit(train).encode(train[0])["function_words"] == []
+    assert SpanFeaturizer.from_state_dict(featurizer.state_dict()).function_words
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    n = item["n"]
+    scores = torch.zeros(n + 1, n + 1, len(featurizer.categories) + 2)
+    scores[1, 3, featurizer.categories.index("capital_1")] = 50.0  # "is the" would name the capital without it
+    chart = model._chart(scores, n, item["function_words"])
+    for _, tree, _ in itertools.islice(chart.trees(), 20):
+        for node in tree.nodes():
+            assert node.label < 0 or not set(range(node.start, node.end)) & {1, 2, 6}
+    assert any(node.label >= 0 and (node.start, node.end) == (1, 3)
+               for node in next(model._chart(scores, n).trees())[1].nodes())
+
+
+def test_a_learned_lexicon_weight_starts_at_lambda_and_receives_a_gradient():
+    examples = [Example("walk right twice", "i_twice ( i_walk ( i_right ) )", {}), Example("jump", "i_jump ( )", {})]
+    featurizer = SpanFeaturizer("scan_sp").fit(examples)
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1, dropout=0.0,
+                            lexicon_weight=10.0, learn_lexicon_weight=True)
+    batch = featurizer.collate([featurizer.encode(e) for e in examples])
+    without = SpanBasedParser(featurizer, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1, dropout=0.0,
+                              lexicon_weight=0.0)
+    without.load_state_dict({k: v for k, v in model.state_dict().items() if k != "lexicon_scale"})
+    walk = featurizer.categories.index("i_walk")
+    with torch.no_grad():
+        assert float(model(batch)[0, 0, 1, walk] - without(batch)[0, 0, 1, walk]) == pytest.approx(10.0)
+    loss, _ = model.loss(batch)
+    loss.backward()
+    assert model.lexicon_scale.grad is not None and float(model.lexicon_scale.grad) != 0.0
+    assert "lexicon_scale" in dict(model.named_parameters())
+    assert SpanBasedParser(featurizer, "scan_sp").lexicon_scale is None
