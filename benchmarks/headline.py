@@ -12,13 +12,15 @@ A method is model + variant (without its subsample suffix) + backbone, and, for 
 split (``cfq_mcd1 · train20000-eval2000``): such a column is not the benchmark and gets no published number.
 
 What stays out: smoke runs (their rows say ``smoke``; ``debug=smoke`` writes them to the run directory, never to
-results/runs.csv, unless ``results_file=`` asks), the stage metrics of multi-stage runs (``test_stage1_*``), and every metric but the dataset's
-primary one: denotation accuracy where the dataset's programs execute (some run of it reports ``test_denotation``),
-else exact match, and the cells of a superseded backbone (``SUPERSEDED``) where its replacement measured the same
-method on the same split. Probes live in results/probes.csv, which is not read. When a method ran on a split under several
-protocols (experiment configs with different budgets), the cell shows one: the protocol with the best mean
-*validation* metric (``best_val``; ties: more seeds, then the newest row), never chosen on test. A cell holding a
-run from a working tree with uncommitted changes (``git_commit`` ending in ``-dirty``) is marked †.
+results/runs.csv, unless ``results_file=`` asks), runs tested on examples held out of training to choose settings
+(``data.heldout``, subsample ``heldout…``), the stage metrics of multi-stage runs (``test_stage1_*``), and every
+metric but the dataset's primary one: denotation accuracy where the dataset's programs execute (some run of it
+reports ``test_denotation``), else exact match, and the cells of a superseded backbone (``SUPERSEDED``) where its
+replacement measured the same method on the same split. Probes live in results/probes.csv, which is not read. When
+a method ran on a split under several protocols (experiment configs with different budgets), the cell shows one:
+the protocol with the best mean *validation* metric (``best_val``; ties: more seeds, then the newest row), never
+chosen on test. A cell holding a run from a working tree with uncommitted changes (``git_commit`` ending in
+``-dirty``) is marked †.
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ def seed_values(long: pd.DataFrame) -> pd.DataFrame:
     runs = runs[runs["metric"] == runs["data"].map(primary_metrics(runs))].copy()
     methods = runs["variant"].map(split_variant)
     runs["method"], runs["subsample"] = methods.str[0], methods.str[1]
+    runs = runs[~runs["subsample"].str.startswith("heldout")].copy()  # settings' choices, not results
     runs["split"] = runs["data"] + runs["subsample"].map(lambda s: f" · {s}" if s else "")
     runs["method_label"] = [method_label(*r) for r in runs[METHOD_KEYS].itertuples(index=False)]
     measured = set(runs[["model", "method", "backbone", "split"]].itertuples(index=False, name=None))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,15 +99,16 @@ DATA_ERRORS = (MissingDataError, DataFormatError, DataConfigError)
 # ----------------------------------------------------------------------------------------------------------------
 def register(name: str, *, formalism: str, files: Sequence[str], family: str, description: str,
              alternatives: Sequence[Sequence[str]] = (), missing_hint: str = "", download: str | None = None,
-             world: str | None = None, lowercase: bool = False):
+             world: str | None = None, lowercase: bool = False, heldout: Callable | None = None):
     """``register_dataset`` plus what ``check_files`` needs: other complete file sets that also work, and the
     hint and download name for the missing-data message, and the ``world`` file (relative to the root) that the
     formalism's ``load_world`` reads for execution; ``lowercase``: every utterance of the dataset is lower-case, so
-    ``zoo.inference`` lower-cases a new one (all kept in ``DatasetSpec.extra``)."""
+    ``zoo.inference`` lower-cases a new one; ``heldout``: the rule of the dataset's test split, ``(examples, size,
+    seed) -> (kept, held out)`` (``heldout_longest`` ...), for ``data.heldout`` (all kept in ``DatasetSpec.extra``)."""
 
     return register_dataset(name, formalism=formalism, files=tuple(files), family=family, description=description,
                             alternatives=[tuple(a) for a in alternatives], missing_hint=missing_hint,
-                            download=download, world=world, lowercase=lowercase)
+                            download=download, world=world, lowercase=lowercase, heldout=heldout)
 
 
 def require_any(dataset: str, root: str | os.PathLike, layouts: Sequence[Sequence[str]], hint: str = "",
@@ -346,3 +349,41 @@ def iter_json_array(path: str | os.PathLike, expected: str, chunk_chars: int = 1
             yield lineno, item
             lineno += buf.count("\n", pos, end)
             pos = end
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Held-out test sets from the training set (data.heldout): a dataset's split rule applied to its own training set
+# ----------------------------------------------------------------------------------------------------------------
+def _split(examples: list, held: set[int]) -> tuple[list, list]:
+    return [e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held]
+
+
+def heldout_longest(examples: list, size: int, seed: int) -> tuple[list, list]:
+    """(kept, held out): the ``size`` examples with the longest programs (in tokens; ties by source order), as a
+    length split sends the longest programs to its test set; ``seed`` plays no part."""
+    order = sorted(range(len(examples)), key=lambda i: (-len(examples[i].program.split()), i))
+    return _split(examples, set(order[:size]))
+
+
+def heldout_random(examples: list, size: int, seed: int) -> tuple[list, list]:
+    """(kept, held out): a ``seed``-determined random ``size`` examples, as an IID split draws its test set."""
+    return _split(examples, set(random.Random(seed).sample(range(len(examples)), size)))
+
+
+def heldout_templates(template: Callable[[str], str]) -> Callable[[list, int, int], tuple[list, list]]:
+    """A rule holding out whole program templates (``template(program)``) in a ``seed``-shuffled order until at
+    least ``size`` examples are held out, as a template split keeps its test templates out of training."""
+
+    def rule(examples: list, size: int, seed: int) -> tuple[list, list]:
+        templates = [template(e.program) for e in examples]
+        order = sorted(set(templates))
+        random.Random(seed).shuffle(order)
+        count, chosen, total = Counter(templates), set(), 0
+        for name in order:
+            if total >= size:
+                break
+            chosen.add(name)
+            total += count[name]
+        return _split(examples, {i for i, name in enumerate(templates) if name in chosen})
+
+    return rule

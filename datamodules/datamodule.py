@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from datamodules.base import DataConfigError, DataFormatError, MissingDataError, check_files, not_utf8, resolve_root
 from zoo.formalisms import Formalism, FormalismError, get_formalism
-from zoo.registry import DatasetSpec, get_dataset
+from zoo.registry import DATASETS, DatasetSpec, get_dataset
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -211,6 +211,10 @@ class ParsingDataModule(L.LightningDataModule):
         limit_eval: keep only the first N validation and N test examples.
         val_subset: validate on a fixed random N of the validation examples (chosen by ``val_seed``, the same for
             every run), so frequent validation of a slow decoder stays cheap; ``None`` validates on all.
+        heldout: test on N training examples held out by the rule of the dataset's own test split (the longest
+            programs for a length split, whole templates for a template split, chosen by ``val_seed`` where the rule
+            draws) instead of the test set, which is then never read: settings are chosen on these runs, on a
+            set as hard as the test set, and the test set stays unseen (issue 28). ``None``: the test set.
         bucket_by_length: batch training examples of similar length together (``LengthBucketBatchSampler``) when
             the model's featurizer measures lengths (``Featurizer.length``); the order is seeded by ``seed``.
         bucket_pool_batches: how many batches' worth of examples are sorted by length together: more pads less,
@@ -224,7 +228,7 @@ class ParsingDataModule(L.LightningDataModule):
                  train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
                  limit_eval: int | None = None, val_subset: int | None = None, bucket_by_length: bool = True,
                  bucket_pool_batches: int = 8, batch_size: int = 64, eval_batch_size: int | None = None,
-                 num_workers: int = 0, download: bool = False, seed: int = 0):
+                 num_workers: int = 0, download: bool = False, seed: int = 0, heldout: int | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.name = name
@@ -236,6 +240,7 @@ class ParsingDataModule(L.LightningDataModule):
                 ("limit_eval", limit_eval, 1, "validation and test examples, or null for all of them"),
                 ("val_subset", val_subset, 1, "validation examples, or null for all of them"),
                 ("train_limit", train_limit, 1, "training examples, or null for all of them"),
+                ("heldout", heldout, 1, "training examples to test on, or null for the test set"),
                 ("bucket_pool_batches", bucket_pool_batches, 1, "batches"),
                 ("batch_size", batch_size, 1, "examples"),
                 ("eval_batch_size", eval_batch_size, 1, "examples, or null for batch_size"),
@@ -245,7 +250,7 @@ class ParsingDataModule(L.LightningDataModule):
                 raise DataConfigError(f"data.{option}={value}: expected a whole number of at least {least} ({meaning})")
         self.val_fraction, self.val_seed = val_fraction, val_seed
         self.limit_train, self.limit_eval = limit_train, limit_eval
-        self.val_subset, self.seed = val_subset, seed
+        self.val_subset, self.seed, self.heldout = val_subset, seed, heldout
         self.bucket_by_length, self.bucket_pool_batches = bucket_by_length, bucket_pool_batches
         self.train_limit, self.train_limit_seed = train_limit, train_limit_seed
         if train_limit is not None and limit_train is not None:
@@ -259,6 +264,10 @@ class ParsingDataModule(L.LightningDataModule):
         self.val: list[Example] | None = None
         self.test: list[Example] | None = None
         self.val_held_out = False  # True when val was taken out of train
+        if heldout is not None and get_dataset(name).extra.get("heldout") is None:  # (an unknown name fails too)
+            ruled = sorted(n for n, spec in DATASETS.items() if spec.extra.get("heldout") is not None)
+            raise DataConfigError(f"data.heldout={heldout}: {name} has no rule for holding out a test set like its "
+                                  f"own; the datasets that have one: {', '.join(ruled)}")
         get_dataset(name)  # fail at construction on an unknown name
 
     @property
@@ -303,6 +312,11 @@ class ParsingDataModule(L.LightningDataModule):
             train, val = hold_out(train, self.val_fraction, self.val_seed)
             self.val_held_out = True
         test = list(splits["test"])
+        if self.heldout is not None:
+            if self.heldout >= len(train):
+                raise DataConfigError(f"data.heldout={self.heldout}, but {self.name} has only {len(train)} training "
+                                      "examples: hold out fewer")
+            train, test = self.spec.extra["heldout"](train, self.heldout, self.val_seed)
         if self.train_limit is not None and self.train_limit > len(train):
             raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
                                   "training examples: drop train_limit to use them all")

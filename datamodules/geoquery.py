@@ -8,11 +8,25 @@ are optional and cover the examples whose programs could be aligned to spans (51
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from datamodules.base import json_record, read_examples, register, require
+from datamodules.base import (heldout_longest, heldout_random, heldout_templates, json_record, read_examples,
+                              register, require)
 
 SPLITS = {"iid": "", "template": "_template", "length": "_len"}
+# A program's template in the template split (span-based-sp, preprocess/geo/create_template_split.py): its entities
+# replaced by their kind
+ENTITY = re.compile(r"\b(state|city|country|river|place)id \( .*? \)")
+
+
+def template(program: str) -> str:
+    return ENTITY.sub(lambda match: f"{match.group(1)}id ( _{match.group(1)}_ )", program)
+
+
+# data.heldout: each split's own rule applied to its training set (the length split's test set has the longest
+# programs, the template split's whole templates, the IID split's random examples)
+HELDOUT = {"iid": heldout_random, "template": heldout_templates(template), "length": heldout_longest}
 PARTS = ("train", "dev", "test")
 GEOBASE = "geoquery_funql/geobase.pl"  # the Prolog facts FunQL programs execute against
 EXPECTED = 'a JSON object {"question": str, "program": str}'
@@ -31,11 +45,11 @@ def parse_spans_line(line: str):
     return record["question"], record["program"], {"gold_spans": record["gold_spans"]}
 
 
-def make_reader(name: str, suffix: str):
+def make_reader(name: str, suffix: str, heldout):
     files = {part: f"geoquery_funql/funql/{part}{suffix}.json" for part in PARTS}
 
     @register(name, formalism="funql", files=tuple(files.values()), family="geoquery", world=GEOBASE, lowercase=True,
-              description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021")
+              description=f"GeoQuery FunQL, {name.rsplit('_', 1)[1]} split of Herzig & Berant 2021", heldout=heldout)
     def read(root: str):
         splits = {part: read_examples(require(name, root, rel), parse_line, EXPECTED, "funql")
                   for part, rel in files.items()}
@@ -53,4 +67,4 @@ def make_reader(name: str, suffix: str):
 
 
 for _split, _suffix in SPLITS.items():
-    make_reader(f"geo_funql_{_split}", _suffix)
+    make_reader(f"geo_funql_{_split}", _suffix, HELDOUT[_split])

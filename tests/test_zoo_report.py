@@ -50,7 +50,8 @@ def built(tmp_path):
              run("rir-train20000-eval2000", "cfq_mcd1", 1, "0.125", "", "0.1", "grid"),
              run("baseline", "scan_length", 1, "1.0", "", "1.0", "grid", smoke="True"),
              run("baseline", "geo_sql_template", 1, "0.9", "0.95", "0.9", "old", backbone="t5-mini-scratch"),
-             run("rir", "scan_length", 1, "0.05", "", "0.1", "old", backbone="t5-mini-scratch")]
+             run("rir", "scan_length", 1, "0.05", "", "0.1", "old", backbone="t5-mini-scratch"),
+             run("rir-heldout100", "geo_sql_template", 1, "0.3", "0.3", "0.3", "grid")]  # a settings' choice
     for name, table in (("runs.csv", [HEADER, *rows]), ("published.csv", PUBLISHED)):
         with open(tmp_path / name, "w", newline="") as f:
             csv.writer(f).writerows(table)
@@ -82,7 +83,7 @@ def test_headline_cells_chosen_on_validation_with_seed_spread_and_paper(built):
     assert pd.isna(sub["published"])  # a subsample is not the benchmark's split
     old = cell(table, "rir", "scan_length")
     assert (old["backbone"], old["mean"]) == ("t5-mini-scratch", 5.0)
-    assert len(table) == 4  # the smoke run, the replaced backbone's cell and the stage-1 metric stay out
+    assert len(table) == 4  # the smoke and held-out runs, the replaced backbone's cell and stage 1 stay out
     assert set(table["metric"]) == {"denotation", "exact_match"}
 
 

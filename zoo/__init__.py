@@ -29,18 +29,21 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
 
 
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
-                     limit_eval: int | None = None) -> str:
+                     limit_eval: int | None = None, heldout: int | None = None, val_seed: int = 0) -> str:
     """configs/run.yaml: what follows the model's variant when a run uses part of the data: ``-sample1000`` (a seeded
     random 1,000 training examples; ``-sample1000s3`` with another seed), ``-train20000`` (the first 20,000),
-    ``-eval2000`` (the first 2,000 dev and test examples)."""
+    ``-eval2000`` (the first 2,000 dev and test examples), ``-heldout100`` (tested on 100 training examples held
+    out by the split's rule, ``data.heldout``; ``-heldout100s3`` drawn by another ``data.val_seed``)."""
     suffix = ""
+    if heldout is not None:
+        suffix = f"-heldout{heldout}" + (f"s{val_seed}" if val_seed else "")
     if train_limit is not None:
-        suffix = f"-sample{train_limit}" + (f"s{train_limit_seed}" if train_limit_seed else "")
+        suffix += f"-sample{train_limit}" + (f"s{train_limit_seed}" if train_limit_seed else "")
     suffix += "" if limit_train is None else f"-train{limit_train}"
     return suffix + ("" if limit_eval is None else f"-eval{limit_eval}")
 
 
-_SUBSAMPLE = re.compile(r"-(?:sample|train|eval)\d.*$")
+_SUBSAMPLE = re.compile(r"-(?:heldout|sample|train|eval)\d.*$")
 
 
 def split_variant(variant: str) -> tuple[str, str]:

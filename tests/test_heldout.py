@@ -1,0 +1,70 @@
+"""data.heldout: a test set held out of the training set by the rule of the dataset's own test split (issue 28), so
+settings are chosen on runs that never read the test set."""
+import pytest
+
+from conftest import compose_run, needs_mirror
+from datamodules import ParsingDataModule, read_splits
+from datamodules.base import DataConfigError, heldout_longest, heldout_random, heldout_templates
+from datamodules.geoquery import template
+from zoo.types import Example
+
+EXAMPLES = [Example(f"q{i}", program, {}) for i, program in enumerate([
+    "answer ( state ( all ) )", "answer ( capital ( loc_2 ( stateid ( 'texas' ) ) ) )", "answer ( river ( all ) )",
+    "answer ( capital ( loc_2 ( stateid ( 'ohio' ) ) ) )", "answer ( count ( river ( loc_2 ( stateid ( 'utah' ) ) ) ) )",
+    "answer ( population_1 ( cityid ( 'austin', 'tx' ) ) )", "answer ( population_1 ( cityid ( 'boston', _ ) ) )"])]
+
+
+def test_the_length_rule_holds_out_the_longest_programs():
+    kept, held = heldout_longest(EXAMPLES, 2, seed=0)
+    assert [e.utterance for e in held] == ["q1", "q4"]  # 13 and 14 tokens; q3 (also 13) comes later in the source
+    assert len(kept) + len(held) == len(EXAMPLES) and not {id(e) for e in kept} & {id(e) for e in held}
+    assert max(len(e.program.split()) for e in kept) <= min(len(e.program.split()) for e in held)
+
+
+def test_the_template_rule_holds_out_whole_templates():
+    assert template("answer ( population_1 ( cityid ( 'austin', 'tx' ) ) )") == \
+        "answer ( population_1 ( cityid ( _city_ ) ) )"
+    for seed in range(6):
+        kept, held = heldout_templates(template)(EXAMPLES, 2, seed)
+        assert len(held) >= 2 and len(kept) + len(held) == len(EXAMPLES)
+        assert not {template(e.program) for e in kept} & {template(e.program) for e in held}
+    seeds = {tuple(e.utterance for e in heldout_templates(template)(EXAMPLES, 2, seed)[1]) for seed in range(6)}
+    assert len(seeds) > 1  # the seed chooses the templates
+
+
+def test_the_random_rule_is_a_seeded_draw():
+    first, again = heldout_random(EXAMPLES, 3, seed=1), heldout_random(EXAMPLES, 3, seed=1)
+    assert first == again and len(first[1]) == 3
+    assert {tuple(e.utterance for e in heldout_random(EXAMPLES, 3, seed)[1]) for seed in range(5)} != {
+        tuple(e.utterance for e in first[1])}
+
+
+@needs_mirror
+@pytest.mark.parametrize("data", ["geo_funql_length", "geo_funql_template", "geo_funql_iid"])
+def test_a_heldout_run_trains_on_the_rest_and_never_reads_the_test_set(data):
+    splits = read_splits(data)
+    dm = ParsingDataModule(data, heldout=100)
+    dm.setup()
+    train = {(e.utterance, e.program) for e in dm.train}
+    held = [(e.utterance, e.program) for e in dm.test]
+    assert len(dm.test) >= 100 and len(dm.train) + len(dm.test) == len(splits["train"])
+    assert not train & set(held) or data == "geo_funql_iid"  # (IID has duplicate questions in train)
+    assert {id(e) for e in dm.test} <= {id(e) for e in splits["train"]}  # from train alone, not the test set
+    assert [e.utterance for e in dm.val] == [e.utterance for e in splits["dev"]]
+    again = ParsingDataModule(data, heldout=100)
+    again.setup()
+    assert [(e.utterance, e.program) for e in again.test] == held  # deterministic
+    if data == "geo_funql_length":
+        assert min(len(p.split()) for _, p in held) >= max(len(p.split()) for _, p in train)
+    size = len(splits["train"])
+    with pytest.raises(DataConfigError, match=f"data.heldout={size}, but {data} has only {size} training examples"):
+        ParsingDataModule(data, heldout=size).setup()
+
+
+def test_heldout_is_named_in_the_variant_and_refused_where_no_rule_exists():
+    cfg = compose_run("model=span_cky", "data=geo_funql_length", "data.heldout=100")
+    assert cfg.subsample == "-heldout100"
+    assert compose_run("model=span_cky", "data=geo_funql_length", "data.heldout=100", "data.val_seed=2").subsample \
+        == "-heldout100s2"
+    with pytest.raises(DataConfigError, match="data.heldout=50: scan_simple has no rule.*geo_funql_iid"):
+        ParsingDataModule("scan_simple", heldout=50)
