@@ -31,6 +31,7 @@ sub-programs (``Composition``), so it too is a tensor gather.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 import torch
@@ -184,14 +185,16 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
         ends = starts + length
         chart.scores[starts, ends, :top.values.shape[1]] = top.values
         chart.back[starts, ends, :top.values.shape[1]] = back.gather(1, top.indices[..., None].expand(-1, -1, 6))
-        chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
+        if programs is not None:
+            chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
     scores, back, programs = builder(torch.tensor([0]), n, root=True)
     if composition is not None:  # at the root only the gold program itself is right
         scores = scores.masked_fill(programs != composition.gold, float("-inf"))
     if distinct_scores:
         scores = _first_of_each_score(scores)
     order = scores[0].argsort(descending=True)
-    chart.root_scores, chart.root_back, chart.root_programs = scores[0, order], back[0, order], programs[0, order]
+    chart.root_scores, chart.root_back = scores[0, order], back[0, order]
+    chart.root_programs = programs[0, order] if programs is not None else torch.full(order.shape, NONE)
     return chart
 
 
@@ -228,9 +231,45 @@ def function_spans(positions: list[int], n: int) -> torch.Tensor | None:
     return (before[None, :] - before[:, None]) > 0
 
 
+# Utterances up to this long keep their back-pointer tables between calls at inference, where the per-call cost of
+# building them dominates a short utterance's decoding; longer ones (and hard-EM's large K) rebuild them each call.
+CACHED_LENGTH = 12
+
+
+def _build_back_table(n: int, length: int, k: int, ternary: bool, root: bool,
+                      outer_ks: torch.Tensor | None = None) -> torch.Tensor:
+    """Back pointers [N, X, 6] of every candidate of ``_Candidates`` over the spans of ``length`` words of an
+    utterance of ``n`` (N = its starts; the root's when ``root``), in the candidates' order. Everything but a ternary
+    candidate's outer k's depends on the utterance's length alone: those come from ``outer_ks`` [N, P, K], the
+    indices of the K best outer pairs (0 without it)."""
+    starts = torch.arange(n - length + 1)[:, None]
+    rows, ks, tables = n - length + 1, torch.arange(k), []
+
+    def table(shape, rule, s1=0, s2=0, kl=0, km=0, kr=0):
+        columns = [torch.as_tensor(c).expand(shape) for c in (rule, s1, s2, kl, km, kr)]
+        tables.append(torch.stack(columns, dim=-1).reshape(rows, -1, 6))
+
+    table((rows, k), TERM, kl=ks)
+    if length >= 2:
+        splits = starts + torch.arange(1, length)[None, :]  # [N, L-1]
+        table((rows, length - 1, k), ABSORB, s1=splits[..., None], kl=ks)
+        table((rows, length - 1, k, k), BINARY, s1=splits[..., None, None], kl=ks[:, None], kr=ks)
+        if root:
+            table((rows, length - 1, k), LEADING_PHI, s1=splits[..., None], kr=ks)
+    if ternary and length >= 3:
+        first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1
+        kl, kr = (0, 0) if outer_ks is None else ((outer_ks // k)[..., None], (outer_ks % k)[..., None])
+        table((rows, len(first), k, k), TERNARY, s1=(starts + first)[..., None, None],
+              s2=(starts + second)[..., None, None], kl=kl, km=ks, kr=kr)
+    return torch.cat(tables, dim=1)
+
+
+_cached_back_table = lru_cache(maxsize=None)(_build_back_table)
+
+
 class _Candidates:
     """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, flattened per start: scores
-    [N, X], back pointers [N, X, 6], Composition ids [N, X]."""
+    [N, X], back pointers [N, X, 6], Composition ids [N, X] (None without a Composition)."""
 
     def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None,
                  prune_ternary: bool = False, distinct_scores: bool = False):
@@ -240,56 +279,36 @@ class _Candidates:
 
     def compose(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
-        if self.composition is None:
-            return torch.full(torch.broadcast_shapes(a.shape, b.shape), NONE, dtype=torch.long)
-        table = self.composition.table
-        out = table[a.clamp(min=0), b.clamp(min=0)]
+        out = self.composition.table[a.clamp(min=0), b.clamp(min=0)]
         return out.masked_fill((a < 0) | (b < 0), NONE)
 
-    def constant_program(self, constants: torch.Tensor) -> torch.Tensor:
-        if self.composition is None:
-            return torch.full(constants.shape, NONE, dtype=torch.long)
-        return self.composition.constant[constants]
-
     def __call__(self, starts: torch.Tensor, length: int, root: bool = False):
-        chart, k = self.chart, self.chart.k
+        chart, k, constrained = self.chart, self.chart.k, self.composition is not None
         ends = starts + length
         i, j = starts[:, None], ends[:, None]
         join = self.join_scores[starts, ends]
-        parts = []
-
-        def add(scores, rule, s1=None, s2=None, kl=None, km=None, kr=None, programs=None):
-            """Flatten one rule's candidates [N, ...] with back-pointer columns broadcast to their shape."""
-            shape = scores.shape
-            columns = [torch.full(shape, rule)] + [torch.zeros(shape, dtype=torch.long) if c is None
-                                                   else c.expand(shape) for c in (s1, s2, kl, km, kr)]
-            back = torch.stack(columns, dim=-1).reshape(shape[0], -1, 6)
-            if programs is None:
-                programs = torch.full(shape, NONE, dtype=torch.long)
-            scores = scores.reshape(shape[0], -1)
-            if self.composition is not None:  # a derivation whose sub-programs do not compose is no derivation
-                scores = scores.masked_fill(programs.reshape(shape[0], -1) < 0, float("-inf"))
-            parts.append((scores, back, programs.reshape(shape[0], -1)))
-
-        ks = torch.arange(k)
+        scores, programs = [], []  # each rule's candidates [N, ...], in the order of _build_back_table
         # J := T
-        add(self.terminal_scores[starts, ends], TERM, kl=ks[None, :],
-            programs=self.constant_program(chart.constants[starts, ends]))
+        scores.append(self.terminal_scores[starts, ends])
+        if constrained:
+            programs.append(self.composition.constant[chart.constants[starts, ends]])
         if length >= 2:
             splits = i + torch.arange(1, length)[None, :]  # [N, L-1]
             # J := T φ
-            add(self.terminal_scores[i, splits] + join[:, None, None], ABSORB, s1=splits[..., None],
-                kl=ks[None, None, :], programs=self.constant_program(chart.constants[i, splits]))
+            scores.append(self.terminal_scores[i, splits] + join[:, None, None])
             # J := J J
             left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
-            add(left[..., :, None] + right[..., None, :] + join[:, None, None, None], BINARY,
-                s1=splits[..., None, None], kl=ks[None, None, :, None], kr=ks[None, None, None, :],
-                programs=self.compose(chart.programs[i, splits][..., :, None],
-                                      chart.programs[splits, j][..., None, :]))
+            scores.append(left[..., :, None] + right[..., None, :] + join[:, None, None, None])
+            if constrained:
+                programs.append(self.composition.constant[chart.constants[i, splits]])
+                programs.append(self.compose(chart.programs[i, splits][..., :, None],
+                                             chart.programs[splits, j][..., None, :]))
             if root:
                 # S := φ J
-                add(chart.scores[splits, j] + join[:, None, None], LEADING_PHI, s1=splits[..., None],
-                    kr=ks[None, None, :], programs=chart.programs[splits, j])
+                scores.append(chart.scores[splits, j] + join[:, None, None])
+                if constrained:
+                    programs.append(chart.programs[splits, j])
+        outer_ks = None
         if self.ternary and length >= 3:
             first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1  # 1 <= d1 < d2 <= L-1
             s1, s2 = i + first[None, :], i + second[None, :]  # [N, P]
@@ -297,24 +316,37 @@ class _Candidates:
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
             # sub-programs, since only a pair's sub-program decides what it composes with.
-            outer = chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]  # [N, P, K, K]
-            outer_programs = self.compose(chart.programs[i, s1][..., :, None], chart.programs[s2, j][..., None, :])
-            outer, outer_programs = outer.flatten(-2), outer_programs.flatten(-2)  # [N, P, K*K]
-            rows = outer.shape[0] * outer.shape[1]
-            if self.composition is not None:
+            outer = (chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]).flatten(-2)  # [N,P,K*K]
+            pairs = outer.shape[0] * outer.shape[1]
+            if constrained:
+                outer_programs = self.compose(chart.programs[i, s1][..., :, None],
+                                              chart.programs[s2, j][..., None, :]).flatten(-2)
                 outer = outer.masked_fill(outer_programs < 0, float("-inf"))
-                outer = _best_per_program(outer.reshape(rows, -1), outer_programs.reshape(rows, -1)).view_as(outer)
+                outer = _best_per_program(outer.reshape(pairs, -1), outer_programs.reshape(pairs, -1)).view_as(outer)
             if self.distinct_scores:  # equal outer pairs make equal derivations: the K best must differ
-                outer = _first_of_each_score(outer.reshape(rows, -1)).view_as(outer)
+                outer = _first_of_each_score(outer.reshape(pairs, -1)).view_as(outer)
             best_outer = outer.topk(k, dim=-1)  # [N, P, K]
-            kl, kr = best_outer.indices // k, best_outer.indices % k
-            outer_programs = outer_programs.gather(-1, best_outer.indices)
+            outer_ks = best_outer.indices
             ternary_scores = best_outer.values[..., :, None] + chart.scores[s1, s2][..., None, :] \
                 + join[:, None, None, None]
             if self.prune_ternary:
                 ternary_scores = ternary_scores.masked_fill(ternary_scores < 0, float("-inf"))
-            add(ternary_scores, TERNARY, s1=s1[..., None, None], s2=s2[..., None, None], kl=kl[..., :, None],
-                km=ks[None, None, None, :], kr=kr[..., :, None],
-                programs=self.compose(outer_programs[..., :, None], chart.programs[s1, s2][..., None, :]))
-        scores, back, programs = (torch.cat(column, dim=1) for column in zip(*parts))
-        return scores, back, programs
+            scores.append(ternary_scores)
+            if constrained:
+                programs.append(self.compose(outer_programs.gather(-1, best_outer.indices)[..., :, None],
+                                             chart.programs[s1, s2][..., None, :]))
+        rows = len(starts)
+        flat = torch.cat([s.reshape(rows, -1) for s in scores], dim=1)
+        key = (chart.n, length, k, self.ternary, root)
+        if constrained or chart.n > CACHED_LENGTH:
+            back = _build_back_table(*key, outer_ks)
+        else:
+            back = _cached_back_table(*key)
+            if outer_ks is not None:  # the ternary candidates come last: their outer pairs' k's
+                back, outer = back.clone(), outer_ks[..., :, None].expand(-1, -1, -1, k).reshape(rows, -1)
+                back[:, -outer.shape[1]:, 3], back[:, -outer.shape[1]:, 5] = outer // k, outer % k
+        if not constrained:
+            return flat, back, None
+        flat_programs = torch.cat([p.reshape(rows, -1) for p in programs], dim=1)
+        # a derivation whose sub-programs do not compose is no derivation
+        return flat.masked_fill(flat_programs < 0, float("-inf")), back, flat_programs
