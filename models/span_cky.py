@@ -25,6 +25,12 @@ the same contexts: with MiniLM on ``geo_funql_iid``, 0 of the 25 test questions 
 The loss's softmax (Eq. 3) is then over the rows, a kind scoring as its best entity (``row_scores``): over the
 categories, a kind's row would count once per entity of it, and its entity spans could never reach probability 1.
 
+Details of the authors' implementation (jonathanherzig/span-based-sp), options off by default until runs on
+held-out training examples (``data.heldout``) choose them: no constant on a span holding a function word
+(featurizer ``function_words``), a learned λ (``learn_lexicon_weight``), ternary derivations below 0 dropped at
+inference (``prune_ternary``), one derivation per score in each span (``distinct_scores``, ``models.cky.parse``),
+and their manual lexicon (featurizer ``lexicon="authors"``).
+
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
 its end state its last, so spans stay over words. The paper uses BERT-base (110M parameters, §4); MiniLM has 22M.
@@ -64,8 +70,6 @@ def pad_mask(lengths: list[int], width: int) -> torch.Tensor:
 def manual_lexicon(formalism: str, lexicon: str = "ours") -> dict[str, list[str]]:
     """A hand-written lexicon of §3.3 (at most two phrases per constant), shipped with the model in
     ``models/lexicons/``: ``ours`` or the ``authors`` one; empty where ours is not written for the formalism."""
-    if lexicon not in LEXICONS:
-        raise ValueError(f"model.featurizer.lexicon must be one of {', '.join(LEXICONS)}, not {lexicon!r}")
     path = Path(__file__).parent / "lexicons" / LEXICONS[lexicon].format(formalism=formalism)
     if not path.is_file():
         if lexicon != "ours":
