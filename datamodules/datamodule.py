@@ -212,9 +212,9 @@ class ParsingDataModule(L.LightningDataModule):
         val_subset: validate on a fixed random N of the validation examples (chosen by ``val_seed``, the same for
             every run), so frequent validation of a slow decoder stays cheap; ``None`` validates on all.
         heldout: test on N training examples held out by the rule of the dataset's own test split (the longest
-            programs for a length split, whole templates for a template split, chosen by ``val_seed`` where the rule
-            draws) instead of the test set, which is then never read: settings are chosen on these runs, on a
-            set as hard as the test set, and the test set stays unseen (issue 28). ``None``: the test set.
+            programs for a length split, with every program of the N-th's length; whole templates for a template
+            split, chosen by ``val_seed`` where the rule draws) instead of the test set, which is then never read:
+            settings are chosen on these runs, and the test set stays unseen (issue 28). ``None``: the test set.
         bucket_by_length: batch training examples of similar length together (``LengthBucketBatchSampler``) when
             the model's featurizer measures lengths (``Featurizer.length``); the order is seeded by ``seed``.
         bucket_pool_batches: how many batches' worth of examples are sorted by length together: more pads less,

@@ -14,11 +14,12 @@ EXAMPLES = [Example(f"q{i}", program, {}) for i, program in enumerate([
     "answer ( population_1 ( cityid ( 'austin', 'tx' ) ) )", "answer ( population_1 ( cityid ( 'boston', _ ) ) )"])]
 
 
-def test_the_length_rule_holds_out_the_longest_programs():
+def test_the_length_rule_holds_out_the_longest_programs_with_their_ties():
     kept, held = heldout_longest(EXAMPLES, 2, seed=0)
-    assert [e.utterance for e in held] == ["q1", "q4"]  # 13 and 14 tokens; q3 (also 13) comes later in the source
+    assert [e.utterance for e in held] == ["q1", "q3", "q4"]  # 14 tokens, and both of 13: no length on both sides
     assert len(kept) + len(held) == len(EXAMPLES) and not {id(e) for e in kept} & {id(e) for e in held}
-    assert max(len(e.program.split()) for e in kept) <= min(len(e.program.split()) for e in held)
+    assert max(len(e.program.split()) for e in kept) < min(len(e.program.split()) for e in held)
+    assert [e.utterance for e in heldout_longest(EXAMPLES, 1, seed=0)[1]] == ["q4"]
 
 
 def test_the_template_rule_holds_out_whole_templates():
@@ -54,8 +55,8 @@ def test_a_heldout_run_trains_on_the_rest_and_never_reads_the_test_set(data):
     again = ParsingDataModule(data, heldout=100)
     again.setup()
     assert [(e.utterance, e.program) for e in again.test] == held  # deterministic
-    if data == "geo_funql_length":
-        assert min(len(p.split()) for _, p in held) >= max(len(p.split()) for _, p in train)
+    if data == "geo_funql_length":  # every program of length 16, the longest of its training set
+        assert min(len(p.split()) for _, p in held) > max(len(p.split()) for _, p in train) and len(held) == 215
     size = len(splits["train"])
     with pytest.raises(DataConfigError, match=f"data.heldout={size}, but {data} has only {size} training examples"):
         ParsingDataModule(data, heldout=size).setup()
