@@ -96,13 +96,13 @@ class SpanFeaturizer(Featurizer):
         self.language = span_language(formalism)  # refuses a formalism without span types before anything else
         self.lowercase = lowercase
         self.manual_lexicon = manual_lexicon  # add the manual lexicon to the entity lexicon
-        self.lexicon_name = lexicon  # which manual lexicon (LEXICONS)
+        self.lexicon = lexicon  # which manual lexicon (LEXICONS); named as its option, as resuming compares them
         self.function_words = function_words  # no constant on a span holding one of FUNCTION_WORDS
         self.encoder = encoder
         self.tokenizer = AutoTokenizer.from_pretrained(minilm_path()) if encoder == "minilm" else None
         self.words: dict[str, int] = {}
         self.categories: list[str] = []  # Σ; join and φ follow as the last two category indices
-        self.lexicon: dict[str, list[int]] = {}  # phrase -> constants it names
+        self.phrases: dict[str, list[int]] = {}  # the lexicon: phrase -> constants it names
         self._compositions: dict[str, Any] = {}  # gold program -> models.cky.Composition (not saved)
 
     @property
@@ -125,12 +125,12 @@ class SpanFeaturizer(Featurizer):
         self.categories = sorted({c for e in examples for c in self.language.categories(e.program)}
                                  | self.language.domain_categories(world))
         index = {c: i for i, c in enumerate(self.categories)}
-        manual = manual_lexicon(self.formalism, self.lexicon_name) if self.manual_lexicon else {}
+        manual = manual_lexicon(self.formalism, self.lexicon) if self.manual_lexicon else {}
         lexicon: dict[str, list[int]] = {}
         for category in self.categories:
             for phrase in self.language.entity_phrases(category) + manual.get(category, []):
                 lexicon.setdefault(" ".join(self.tokens(phrase)), []).append(index[category])
-        self.lexicon = lexicon
+        self.phrases = lexicon
         return self
 
     def encode(self, example: Example) -> dict[str, Any]:
@@ -138,7 +138,7 @@ class SpanFeaturizer(Featurizer):
         if not tokens:
             raise ValueError(f"empty utterance for program {example.program[:60]!r}")
         matches = [(i, j, c) for i in range(len(tokens)) for j in range(i + 1, min(len(tokens), i + MAX_PHRASE) + 1)
-                   for c in self.lexicon.get(" ".join(tokens[i:j]), ())]
+                   for c in self.phrases.get(" ".join(tokens[i:j]), ())]
         gold_spans = example.meta.get("gold_spans")
         gold_tree = None if gold_spans is None else gold_span_tree(len(tokens), example.program, gold_spans,
                                                                     self.language, self.categories)
@@ -191,16 +191,18 @@ class SpanFeaturizer(Featurizer):
 
     def state_dict(self) -> dict[str, Any]:
         return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
-                "encoder": self.encoder, "lexicon_name": self.lexicon_name, "function_words": self.function_words,
-                "words": self.words, "categories": self.categories, "lexicon": self.lexicon}
+                "encoder": self.encoder, "lexicon": self.lexicon, "function_words": self.function_words,
+                "words": self.words, "categories": self.categories, "phrases": self.phrases}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
-        # (checkpoints from before the two options have neither: ours, without function words)
-        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"],
-                         state.get("lexicon_name", "ours"), state.get("function_words", False))
+        # checkpoints from before the lexicon and function_words options kept the phrases under "lexicon"
+        phrases = state["phrases"] if "phrases" in state else state["lexicon"]
+        lexicon = state["lexicon"] if "phrases" in state else state.get("lexicon_name", "ours")
+        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"], lexicon,
+                         state.get("function_words", False))
         featurizer.words, featurizer.categories = state["words"], state["categories"]
-        featurizer.lexicon = {phrase: list(c) for phrase, c in state["lexicon"].items()}
+        featurizer.phrases = {phrase: list(c) for phrase, c in phrases.items()}
         return featurizer
 
 

@@ -71,15 +71,15 @@ def test_lexicon_holds_entity_names_and_the_manual_phrases():
                 Example("jump", "i_jump ( )", {})]
     featurizer = SpanFeaturizer("scan_sp").fit(examples)
     categories = featurizer.categories
-    assert [categories[c] for c in featurizer.lexicon["right"]] == ["i_right"]
-    assert "left" not in featurizer.lexicon  # i_left is not in this training set's Σ
+    assert [categories[c] for c in featurizer.phrases["right"]] == ["i_right"]
+    assert "left" not in featurizer.phrases  # i_left is not in this training set's Σ
     assert featurizer.encode(examples[0])["matches"] == [(0, 1, categories.index("i_walk")),
                                                           (1, 2, categories.index("i_right")),
                                                           (2, 3, categories.index("i_twice"))]
-    assert SpanFeaturizer("scan_sp", manual_lexicon=False).fit(examples).lexicon == {}
+    assert SpanFeaturizer("scan_sp", manual_lexicon=False).fit(examples).phrases == {}
     geo = SpanFeaturizer("funql").fit([Example("where is new york ?", "answer ( loc_1 ( stateid ( 'new york' ) ) )",
                                                {})])
-    assert [geo.categories[c] for c in geo.lexicon["new york"]] == ["stateid ( 'new york' )"]
+    assert [geo.categories[c] for c in geo.phrases["new york"]] == ["stateid ( 'new york' )"]
 
 
 @needs_mirror
@@ -90,7 +90,7 @@ def test_sigma_holds_every_geobase_entity_and_funql_predicate():
     featurizer = SpanFeaturizer("funql").fit(train, load_world("geo_funql_iid"))
     for unseen in ("stateid ( 'new jersey' )", "cityid ( 'austin', _ )", "cityid ( 'austin', 'tx' )", "longer"):
         assert unseen in featurizer.categories
-    named = {featurizer.categories[c] for c in featurizer.lexicon["austin"]}
+    named = {featurizer.categories[c] for c in featurizer.phrases["austin"]}
     assert named == {"cityid ( 'austin', _ )", "cityid ( 'austin', 'tx' )"}  # the copying mechanism of §3.3
 
 
@@ -168,10 +168,10 @@ def test_the_lexicon_switch_loads_the_authors_lexicon_or_ours():
     train = [Example("what states have a river with a lake in them",
                      "answer ( state ( loc_1 ( river ( loc_1 ( lake ( all ) ) ) ) ) )", {})]
     ours, authors = (SpanFeaturizer("funql", lexicon=name).fit(train) for name in ("ours", "authors"))
-    assert [ours.categories[c] for c in ours.lexicon["have"]] == ["loc_1"] and "with" not in ours.lexicon
-    assert [authors.categories[c] for c in authors.lexicon["with"]] == ["loc_1"] and "have" not in authors.lexicon
+    assert [ours.categories[c] for c in ours.phrases["have"]] == ["loc_1"] and "with" not in ours.phrases
+    assert [authors.categories[c] for c in authors.phrases["with"]] == ["loc_1"] and "have" not in authors.phrases
     restored = SpanFeaturizer.from_state_dict(authors.state_dict())
-    assert restored.lexicon_name == "authors" and restored.lexicon == authors.lexicon
+    assert restored.lexicon == "authors" and restored.phrases == authors.phrases
     with pytest.raises(ValueError, match="model.featurizer.lexicon must be one of ours, authors, not 'theirs'"):
         SpanFeaturizer("funql", lexicon="theirs")
     with pytest.raises(ValueError, match=r"lexicon=authors: there is no scan_sp.authors.json"):
@@ -216,3 +216,20 @@ def test_a_learned_lexicon_weight_starts_at_lambda_and_receives_a_gradient():
     assert model.lexicon_scale.grad is not None and float(model.lexicon_scale.grad) != 0.0
     assert "lexicon_scale" in dict(model.named_parameters())
     assert SpanBasedParser(featurizer, "scan_sp").lexicon_scale is None
+
+
+def test_a_checkpoint_resumes_under_the_options_it_was_trained_with():
+    # resuming compares each model.featurizer option with the checkpoint featurizer's attribute of that name
+    from omegaconf import OmegaConf
+    from zoo.options import RunConfigError
+    from zoo.train import _load_weights
+
+    options = OmegaConf.to_container(compose_run("model=span_cky").model.featurizer)
+    examples = [Example("walk right twice", "i_twice ( i_walk ( i_right ) )", {}), Example("jump", "i_jump ( )", {})]
+    featurizer = SpanFeaturizer("scan_sp", **options).fit(examples)
+    restored = SpanFeaturizer.from_state_dict(featurizer.state_dict())
+    model = SpanBasedParser(restored, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1)
+    checkpoint = {"state_dict": model.state_dict()}
+    _load_weights(model, checkpoint, "last.ckpt", options)
+    with pytest.raises(RunConfigError, match="last.ckpt was trained with model.featurizer.function_words=False"):
+        _load_weights(model, checkpoint, "last.ckpt", {**options, "function_words": True})
