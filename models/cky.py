@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 
@@ -175,19 +175,18 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     terminal_scores[..., :width] = best
     builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition, prune_ternary, distinct_scores)
     for length in range(1, n + 1):
-        starts = torch.arange(0, n - length + 1)
-        scores, back, programs = builder(starts, length)
+        scores, back, programs = builder(length)
         if composition is not None:
             scores = _best_per_program(scores, programs)
         if distinct_scores:
             scores = _first_of_each_score(scores)
         top = scores.topk(min(k, scores.shape[1]), dim=1)
-        ends = starts + length
+        starts, ends = _layout(n, length)[:2]
         chart.scores[starts, ends, :top.values.shape[1]] = top.values
         chart.back[starts, ends, :top.values.shape[1]] = back.gather(1, top.indices[..., None].expand(-1, -1, 6))
         if programs is not None:
             chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
-    scores, back, programs = builder(torch.tensor([0]), n, root=True)
+    scores, back, programs = builder(n, root=True)
     if composition is not None:  # at the root only the gold program itself is right
         scores = scores.masked_fill(programs != composition.gold, float("-inf"))
     if distinct_scores:
@@ -236,14 +235,33 @@ def function_spans(positions: list[int], n: int) -> torch.Tensor | None:
 CACHED_LENGTH = 12
 
 
+class _Layout(NamedTuple):
+    """The index tensors of the spans of ``length`` words of an utterance of n: their starts and ends [N], split
+    points [N, L-1], and the two split points of each ternary split pair [N, P]."""
+
+    starts: torch.Tensor
+    ends: torch.Tensor
+    splits: torch.Tensor
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+@lru_cache(maxsize=4096)
+def _layout(n: int, length: int) -> _Layout:
+    starts = torch.arange(n - length + 1)
+    pairs = torch.triu_indices(max(length - 1, 0), max(length - 1, 0), offset=1) + 1  # 1 <= d1 < d2 <= L-1
+    return _Layout(starts, starts + length, starts[:, None] + torch.arange(1, length)[None, :],
+                   starts[:, None] + pairs[0][None, :], starts[:, None] + pairs[1][None, :])
+
+
 def _build_back_table(n: int, length: int, k: int, ternary: bool, root: bool,
                       outer_ks: torch.Tensor | None = None) -> torch.Tensor:
     """Back pointers [N, X, 6] of every candidate of ``_Candidates`` over the spans of ``length`` words of an
     utterance of ``n`` (N = its starts; the root's when ``root``), in the candidates' order. Everything but a ternary
     candidate's outer k's depends on the utterance's length alone: those come from ``outer_ks`` [N, P, K], the
     indices of the K best outer pairs (0 without it)."""
-    starts = torch.arange(n - length + 1)[:, None]
-    rows, ks, tables = n - length + 1, torch.arange(k), []
+    layout, ks, tables = _layout(n, length), torch.arange(k), []
+    rows = len(layout.starts)
 
     def table(shape, rule, s1=0, s2=0, kl=0, km=0, kr=0):
         columns = [torch.as_tensor(c).expand(shape) for c in (rule, s1, s2, kl, km, kr)]
@@ -251,16 +269,15 @@ def _build_back_table(n: int, length: int, k: int, ternary: bool, root: bool,
 
     table((rows, k), TERM, kl=ks)
     if length >= 2:
-        splits = starts + torch.arange(1, length)[None, :]  # [N, L-1]
+        splits = layout.splits
         table((rows, length - 1, k), ABSORB, s1=splits[..., None], kl=ks)
         table((rows, length - 1, k, k), BINARY, s1=splits[..., None, None], kl=ks[:, None], kr=ks)
         if root:
             table((rows, length - 1, k), LEADING_PHI, s1=splits[..., None], kr=ks)
     if ternary and length >= 3:
-        first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1
         kl, kr = (0, 0) if outer_ks is None else ((outer_ks // k)[..., None], (outer_ks % k)[..., None])
-        table((rows, len(first), k, k), TERNARY, s1=(starts + first)[..., None, None],
-              s2=(starts + second)[..., None, None], kl=kl, km=ks, kr=kr)
+        table((rows, layout.first.shape[1], k, k), TERNARY, s1=layout.first[..., None, None],
+              s2=layout.second[..., None, None], kl=kl, km=ks, kr=kr)
     return torch.cat(tables, dim=1)
 
 
@@ -282,9 +299,9 @@ class _Candidates:
         out = self.composition.table[a.clamp(min=0), b.clamp(min=0)]
         return out.masked_fill((a < 0) | (b < 0), NONE)
 
-    def __call__(self, starts: torch.Tensor, length: int, root: bool = False):
+    def __call__(self, length: int, root: bool = False):
         chart, k, constrained = self.chart, self.chart.k, self.composition is not None
-        ends = starts + length
+        starts, ends, splits, s1, s2 = _layout(chart.n, length)
         i, j = starts[:, None], ends[:, None]
         join = self.join_scores[starts, ends]
         scores, programs = [], []  # each rule's candidates [N, ...], in the order of _build_back_table
@@ -293,7 +310,6 @@ class _Candidates:
         if constrained:
             programs.append(self.composition.constant[chart.constants[starts, ends]])
         if length >= 2:
-            splits = i + torch.arange(1, length)[None, :]  # [N, L-1]
             # J := T φ
             scores.append(self.terminal_scores[i, splits] + join[:, None, None])
             # J := J J
@@ -310,8 +326,6 @@ class _Candidates:
                     programs.append(chart.programs[splits, j])
         outer_ks = None
         if self.ternary and length >= 3:
-            first, second = torch.triu_indices(length - 1, length - 1, offset=1) + 1  # 1 <= d1 < d2 <= L-1
-            s1, s2 = i + first[None, :], i + second[None, :]  # [N, P]
             # J := J J J; the outer spans compose first, then the result with the middle (§3.4). A tree's score
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
