@@ -65,9 +65,9 @@ def measure_test_set(model, examples: list, batch_size: int) -> tuple[dict[int, 
         scores, seconds = timed(model, batch)
         encoder_seconds += seconds
         for example, n in enumerate(batch["lengths"].tolist()):
-            function_words = batch["function_words"][example]
-            _, chart_seconds = timed(model._chart, scores[example], n, function_words)
-            _, decode_seconds = timed(model.decode, scores[example], n, function_words)
+            constraints = batch["constraints"][example]
+            _, chart_seconds = timed(model._chart, scores[example], n, constraints)
+            _, decode_seconds = timed(model.decode, scores[example], n, constraints)
             timings[n].append((chart_seconds, decode_seconds))
     return timings, encoder_seconds
 

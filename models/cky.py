@@ -148,17 +148,20 @@ def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:
 
 
 def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, ternary: bool = False,
-          composition: Composition | None = None, barred: torch.Tensor | None = None, prune_ternary: bool = False,
-          distinct_scores: bool = False) -> Chart:
+          composition: Composition | None = None, barred: torch.Tensor | None = None,
+          meaningful: torch.Tensor | None = None, prune_ternary: bool = False, distinct_scores: bool = False) -> Chart:
     """K-best CKY. ``constant_scores`` [n+1, n+1, Σ] and ``join_scores`` [n+1, n+1] are shifted scores (``shift``)
     indexed by half-open spans ``(i, j)``; entries with j <= i are never read. With ``composition`` the chart keeps
     only derivations whose sub-programs compose within the gold program (hard-EM).
 
     Three details of the authors' implementation (jonathanherzig/span-based-sp, ``utils/cky.py``), off by default:
     ``barred`` [n+1, n+1] marks the spans no constant may sit on (there, those holding a function word such as "is"
-    or "the": ``function_spans``); ``prune_ternary`` drops ternary derivations scoring below 0 (they did so at
+    or "the": ``spans_holding``); ``prune_ternary`` drops ternary derivations scoring below 0 (they did so at
     inference only); ``distinct_scores`` keeps one derivation per score in each span and at the root, the first
-    of the candidates in this module's order, as their chart kept a set of the scores it had seen."""
+    of the candidates in this module's order, as their chart kept a set of the scores it had seen.
+
+    ``meaningful`` [n+1, n+1] (this zoo's, for LENGTH's too-short programs, issue 28) marks the spans no φ may cover:
+    those holding a word the lexicon names a constant with, which must then stand under a constant of the tree."""
     n = constant_scores.shape[0] - 1
     if n < 1:
         raise ValueError("an utterance needs at least one token")
@@ -173,7 +176,10 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     best, chart.constants[..., :width] = constant_scores.topk(width, dim=-1)
     terminal_scores = torch.full((n + 1, n + 1, k), float("-inf"))
     terminal_scores[..., :width] = best
-    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition, prune_ternary, distinct_scores)
+    # what a φ span adds to a derivation: 0 (φ is the shifted scores' zero), -inf where it may not be
+    phi_scores = None if meaningful is None else torch.zeros(n + 1, n + 1).masked_fill(meaningful.cpu(), float("-inf"))
+    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition, prune_ternary, distinct_scores,
+                          phi_scores)
     for length in range(1, n + 1):
         scores, back, programs = builder(length)
         if composition is not None:
@@ -220,7 +226,7 @@ def _first_of_each_score(scores: torch.Tensor) -> torch.Tensor:
     return scores.masked_fill(torch.zeros_like(repeated).scatter(1, order, repeated), float("-inf"))
 
 
-def function_spans(positions: list[int], n: int) -> torch.Tensor | None:
+def spans_holding(positions: list[int], n: int) -> torch.Tensor | None:
     """[n+1, n+1] True for the spans ``(i, j)`` holding a word at one of ``positions``; None when there is none."""
     if not positions:
         return None
@@ -289,10 +295,10 @@ class _Candidates:
     [N, X], back pointers [N, X, 6], Composition ids [N, X] (None without a Composition)."""
 
     def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None,
-                 prune_ternary: bool = False, distinct_scores: bool = False):
+                 prune_ternary: bool = False, distinct_scores: bool = False, phi_scores: torch.Tensor | None = None):
         self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
         self.ternary, self.composition = ternary, composition
-        self.prune_ternary, self.distinct_scores = prune_ternary, distinct_scores
+        self.prune_ternary, self.distinct_scores, self.phi_scores = prune_ternary, distinct_scores, phi_scores
 
     def compose(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
@@ -311,7 +317,8 @@ class _Candidates:
             programs.append(self.composition.constant[chart.constants[starts, ends]])
         if length >= 2:
             # J := T φ
-            scores.append(self.terminal_scores[i, splits] + join[:, None, None])
+            absorb = self.terminal_scores[i, splits] + join[:, None, None]
+            scores.append(absorb if self.phi_scores is None else absorb + self.phi_scores[splits, j][..., None])
             # J := J J
             left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
             scores.append(left[..., :, None] + right[..., None, :] + join[:, None, None, None])
@@ -321,7 +328,8 @@ class _Candidates:
                                              chart.programs[splits, j][..., None, :]))
             if root:
                 # S := φ J
-                scores.append(chart.scores[splits, j] + join[:, None, None])
+                leading = chart.scores[splits, j] + join[:, None, None]
+                scores.append(leading if self.phi_scores is None else leading + self.phi_scores[i, splits][..., None])
                 if constrained:
                     programs.append(chart.programs[splits, j])
         outer_ks = None

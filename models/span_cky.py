@@ -87,7 +87,7 @@ class SpanFeaturizer(Featurizer):
     """Words to ids (or to MiniLM word pieces), the category inventory Σ, and lexicon matches per span."""
 
     def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True, encoder: str = "lstm",
-                 lexicon: str = "ours", function_words: bool = False):
+                 lexicon: str = "ours", function_words: bool = False, cover_named_words: bool = False):
         if encoder not in ENCODERS:
             raise ValueError(f"span_cky: unknown encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
         if lexicon not in LEXICONS:
@@ -98,6 +98,7 @@ class SpanFeaturizer(Featurizer):
         self.manual_lexicon = manual_lexicon  # add the manual lexicon to the entity lexicon
         self.lexicon = lexicon  # which manual lexicon (LEXICONS); named as its option, as resuming compares them
         self.function_words = function_words  # no constant on a span holding one of FUNCTION_WORDS
+        self.cover_named_words = cover_named_words  # no φ over a word the lexicon names a constant with
         self.encoder = encoder
         self.tokenizer = AutoTokenizer.from_pretrained(minilm_path()) if encoder == "minilm" else None
         self.words: dict[str, int] = {}
@@ -144,8 +145,7 @@ class SpanFeaturizer(Featurizer):
                                                                     self.language, self.categories)
         # the annotated tree as training labels (gold_trees) and as the labeled spans tree F1 compares
         item = {"n": len(tokens), "matches": matches, "program": example.program,
-                "function_words": [i for i, t in enumerate(tokens) if t in FUNCTION_WORDS] if self.function_words
-                else [],
+                "constraints": self.constraints(tokens, matches),
                 "gold_labels": None if gold_tree is None else self.tree_labels(gold_tree, len(tokens)),
                 "gold_spans": None if gold_tree is None else frozenset(labeled_spans(gold_tree, self.categories))}
         if self.tokenizer is None:
@@ -167,13 +167,21 @@ class SpanFeaturizer(Featurizer):
 
         batch = {"ids": pad("ids"), "lengths": torch.tensor([item["n"] for item in items]),
                  "matches": [item["matches"] for item in items], "programs": [item["program"] for item in items],
-                 "function_words": [item["function_words"] for item in items],
+                 "constraints": [item["constraints"] for item in items],
                  "gold_labels": [item["gold_labels"] for item in items],
                  "gold_spans": [item["gold_spans"] for item in items]}
         if self.tokenizer is not None:  # word pieces: ids are pieces; a word starts at first, ends at last
             batch.update(first=pad("first"), last=pad("last"),
                          piece_mask=pad_mask([len(item["ids"]) for item in items], batch["ids"].shape[1]))
         return batch
+
+    def constraints(self, tokens: list[str], matches: list[tuple[int, int, int]]) -> dict[str, list[int]]:
+        """The word positions the chart constrains (``SpanBasedParser._chart``): ``function_words``, where no
+        constant may sit (with ``function_words``), and ``named_words``, single words the lexicon names a constant
+        with, which no φ may cover (with ``cover_named_words``)."""
+        return {"function_words": [i for i, t in enumerate(tokens) if t in FUNCTION_WORDS] if self.function_words
+                else [],
+                "named_words": sorted({i for i, j, _ in matches if j == i + 1}) if self.cover_named_words else []}
 
     def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
         """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
@@ -192,6 +200,7 @@ class SpanFeaturizer(Featurizer):
     def state_dict(self) -> dict[str, Any]:
         return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
                 "encoder": self.encoder, "lexicon": self.lexicon, "function_words": self.function_words,
+                "cover_named_words": self.cover_named_words,
                 "words": self.words, "categories": self.categories, "phrases": self.phrases}
 
     @classmethod
@@ -200,7 +209,7 @@ class SpanFeaturizer(Featurizer):
         phrases = state["phrases"] if "phrases" in state else state["lexicon"]
         lexicon = state["lexicon"] if "phrases" in state else state.get("lexicon_name", "ours")
         featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"], lexicon,
-                         state.get("function_words", False))
+                         state.get("function_words", False), state.get("cover_named_words", False))
         featurizer.words, featurizer.categories = state["words"], state["categories"]
         featurizer.phrases = {phrase: list(c) for phrase, c in phrases.items()}
         return featurizer
@@ -298,16 +307,17 @@ class SpanBasedParser(Parser):
         empty = scores.new_full((*scores.shape[:-1], self.span_scorer[-1].out_features), float("-inf"))
         return empty.scatter_reduce(-1, index, scores, "amax")
 
-    def _chart(self, scores: torch.Tensor, n: int, function_words: Sequence[int] = (), composition=None,
-               k: int | None = None) -> cky.Chart:
-        """The K-best chart of one utterance of ``n`` words from its span scores; no constant on a span holding
-        one of the ``function_words`` positions (the featurizer's, where ``function_words`` is on). Ternary pruning
-        applies at inference only, as the authors did."""
-        featurizer = self.featurizer
+    def _chart(self, scores: torch.Tensor, n: int, constraints: dict[str, list[int]] | None = None,
+               composition=None, k: int | None = None) -> cky.Chart:
+        """The K-best chart of one utterance of ``n`` words from its span scores, under the featurizer's
+        ``constraints`` of the utterance (no constant over a function word, no φ over a word the lexicon names).
+        Ternary pruning applies at inference only, as the authors did."""
+        featurizer, constraints = self.featurizer, constraints or {}
         shifted = cky.shift(scores[:n + 1, :n + 1], featurizer.phi)
         return cky.parse(shifted[..., :featurizer.join], shifted[..., featurizer.join], k=k or self.hparams.k,
                          ternary=self.hparams.ternary, composition=composition,
-                         barred=cky.function_spans(list(function_words), n),
+                         barred=cky.spans_holding(constraints.get("function_words", []), n),
+                         meaningful=cky.spans_holding(constraints.get("named_words", []), n),
                          prune_ternary=self.hparams.prune_ternary and composition is None,
                          distinct_scores=self.hparams.distinct_scores)
 
@@ -322,7 +332,7 @@ class SpanBasedParser(Parser):
             composition = self.featurizer.composition(program)
             # one chart entry per sub-program of the gold: the constrained search is then exact, not K-best
             best = None if composition is None else next(self._chart(
-                scores[example], n, batch["function_words"][example], composition, k=len(composition.table)).trees(),
+                scores[example], n, batch["constraints"][example], composition, k=len(composition.table)).trees(),
                 None)
             labels.append(None if best is None else self.featurizer.tree_labels(best[1], n))
         return labels
@@ -352,13 +362,13 @@ class SpanBasedParser(Parser):
         self.log("train/no_tree", float(self.no_tree))  # §3.3: examples skipped for want of a tree, this epoch
         self.no_tree = 0
 
-    def decode(self, scores: torch.Tensor, n: int, function_words: Sequence[int] = ()
+    def decode(self, scores: torch.Tensor, n: int, constraints: dict[str, list[int]] | None = None
                ) -> tuple[str, set[tuple[int, int, str]] | None]:
         """CKY inference for one utterance of ``n`` words from its span scores (§3.2): the program of the best tree
         whose sub-programs compose, and that tree's labeled spans; ("", None) when none of the first ``max_trees``
-        root candidates composes (scored wrong). ``function_words``: as in ``_chart``."""
+        root candidates composes (scored wrong). ``constraints``: as in ``_chart``."""
         language, categories = self.featurizer.language, self.featurizer.categories
-        chart = self._chart(scores, n, function_words)
+        chart = self._chart(scores, n, constraints)
         candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
                             self.hparams.max_trees)
         for _, meaning, back in candidates:
@@ -374,7 +384,7 @@ class SpanBasedParser(Parser):
         scores = self(batch)
         programs, details = [], []
         for example, n in enumerate(batch["lengths"].tolist()):
-            program, spans = self.decode(scores[example], n, batch["function_words"][example])
+            program, spans = self.decode(scores[example], n, batch["constraints"][example])
             programs.append(program)
             detail = {"span_tree": None if spans is None else [list(span) for span in sorted(spans)]}
             gold_spans = batch["gold_spans"][example]

@@ -108,20 +108,23 @@ def test_composition_keeps_only_sub_programs_of_the_gold():
     assert [(node.start, node.end, node.label) for node in unconstrained.nodes()] == [(0, 2, 0)]
 
 
-def allowed(tree, constant_scores, join_scores, barred=None, prune_ternary=False):
-    """Whether the authors' constraints let a tree be: no constant on a barred span, no ternary node scoring < 0."""
+def allowed(tree, constant_scores, join_scores, barred=None, prune_ternary=False, meaningful=None):
+    """Whether the constraints let a tree be: no constant on a barred span, no ternary node scoring < 0, no φ over a
+    meaningful span."""
     for node in tree.nodes():
         if barred is not None and node.label >= 0 and barred[node.start, node.end]:
+            return False
+        if meaningful is not None and node.label == PHI and meaningful[node.start, node.end]:
             return False
         if prune_ternary and len(node.children) == 3 and tree_score(node, constant_scores, join_scores) < 0:
             return False
     return True
 
 
-def test_function_spans_are_the_spans_holding_a_function_word():
-    barred = cky.function_spans([1], 3)
+def test_spans_holding_a_position():
+    barred = cky.spans_holding([1], 3)
     assert {(i, j) for i, j in itertools.combinations(range(4), 2) if barred[i, j]} == {(0, 2), (0, 3), (1, 2), (1, 3)}
-    assert cky.function_spans([], 3) is None
+    assert cky.spans_holding([], 3) is None
 
 
 @pytest.mark.parametrize("positions,prune_ternary", [([1], False), ([0, 3], False), ([], True), ([2], True)])
@@ -130,7 +133,7 @@ def test_function_words_and_ternary_pruning_equal_brute_force(positions, prune_t
     n, k, n_constants = 5, 4, 2
     constant_scores, join_scores = random_scores(n, n_constants, seed)
     constant_scores, join_scores = constant_scores + 0.5, join_scores + 0.5  # ternary nodes score both ways
-    barred = cky.function_spans(positions, n)
+    barred = cky.spans_holding(positions, n)
     chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, barred=barred, prune_ternary=prune_ternary)
     j_trees, root = enumerate_trees(n, n_constants, ternary=True)
 
@@ -184,3 +187,26 @@ def test_distinct_scores_see_past_tied_outer_pairs_of_a_ternary_node():
     chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, distinct_scores=True)
     assert chart.scores[0, 3].tolist() == [14.0, 13.0, 12.0]
     assert [score for score, _, _ in itertools.islice(chart.trees(), k)] == [14.0, 13.0, 12.0]
+
+
+@pytest.mark.parametrize("positions", [[0], [2], [1, 4]])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_no_phi_over_a_named_word_equals_brute_force(positions, seed):
+    n, k, n_constants = 5, 4, 2
+    constant_scores, join_scores = random_scores(n, n_constants, seed)
+    meaningful = cky.spans_holding(positions, n)
+    chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, meaningful=meaningful)
+    j_trees, root = enumerate_trees(n, n_constants, ternary=True)
+
+    def kept(trees):
+        return sorted((tree_score(t, constant_scores, join_scores) for t in trees
+                       if allowed(t, constant_scores, join_scores, meaningful=meaningful)), reverse=True)[:k]
+
+    for i, j in itertools.combinations(range(n + 1), 2):
+        expected = kept(j_trees(i, j))
+        assert chart.scores[i, j, :len(expected)].tolist() == pytest.approx(expected, abs=1e-5)
+    found = list(itertools.islice(chart.trees(), k))
+    assert [score for score, _, _ in found] == pytest.approx(kept(root), abs=1e-5)
+    for _, tree, _ in found:
+        covered = {w for node in tree.nodes() if node.label >= 0 for w in range(node.start, node.end)}
+        assert set(positions) <= covered  # every named word stands under a constant

@@ -8,6 +8,7 @@ import torch
 
 from conftest import compose_run, needs_mirror
 from datamodules import read_splits
+from models import cky
 from models.span_cky import SpanBasedParser, SpanFeaturizer
 from zoo.types import Example
 from zoo.formalisms import get_formalism
@@ -182,15 +183,15 @@ def test_no_constant_sits_on_a_function_word_when_the_constraint_is_on():
     train = [Example("what is the capital of texas ?", "answer ( capital_1 ( stateid ( 'texas' ) ) )", {})]
     featurizer = SpanFeaturizer("funql", function_words=True).fit(train)
     item = featurizer.encode(train[0])
-    assert item["function_words"] == [1, 2, 6]  # is, the, ?
-    assert SpanFeaturizer("funql").fit(train).encode(train[0])["function_words"] == []
+    assert item["constraints"]["function_words"] == [1, 2, 6]  # is, the, ?
+    assert SpanFeaturizer("funql").fit(train).encode(train[0])["constraints"]["function_words"] == []
     assert SpanFeaturizer.from_state_dict(featurizer.state_dict()).function_words
     torch.manual_seed(0)
     model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
     n = item["n"]
     scores = torch.zeros(n + 1, n + 1, len(featurizer.categories) + 2)
     scores[1, 3, featurizer.categories.index("capital_1")] = 50.0  # "is the" would name the capital without it
-    chart = model._chart(scores, n, item["function_words"])
+    chart = model._chart(scores, n, item["constraints"])
     for _, tree, _ in itertools.islice(chart.trees(), 20):
         for node in tree.nodes():
             assert node.label < 0 or not set(range(node.start, node.end)) & {1, 2, 6}
@@ -233,3 +234,23 @@ def test_a_checkpoint_resumes_under_the_options_it_was_trained_with():
     _load_weights(model, checkpoint, "last.ckpt", options)
     with pytest.raises(RunConfigError, match="last.ckpt was trained with model.featurizer.function_words=False"):
         _load_weights(model, checkpoint, "last.ckpt", {**options, "function_words": True})
+
+
+def test_words_the_lexicon_names_are_never_phi_when_asked():
+    train = [Example("what is the longest river in the us ?",
+                     "answer ( longest ( river ( loc_2 ( countryid ( 'usa' ) ) ) ) )", {})]
+    featurizer = SpanFeaturizer("funql", cover_named_words=True).fit(train)
+    item = featurizer.encode(train[0])
+    tokens = featurizer.tokens(train[0].utterance)
+    assert [tokens[i] for i in item["constraints"]["named_words"]] == ["longest", "river", "in"]  # ours lacks "us"
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    n = item["n"]
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), -1.0)
+    scores[..., featurizer.phi] = 0.0  # every node costs 1 but "us" as the country: the rest is best left φ,
+    scores[7, 8, featurizer.categories.index("countryid ( 'usa' )")] = 50.0  # as in LENGTH's too-short programs
+    unconstrained = next(model._chart(scores, n).trees())[1]
+    assert [(node.start, node.end) for node in unconstrained.nodes() if node.label == cky.PHI] == [(0, 7), (8, 9)]
+    for _, tree, _ in itertools.islice(model._chart(scores, n, item["constraints"]).trees(), 20):
+        covered = {w for node in tree.nodes() if node.label >= 0 for w in range(node.start, node.end)}
+        assert set(item["constraints"]["named_words"]) <= covered
