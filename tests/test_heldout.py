@@ -1,8 +1,12 @@
 """data.heldout: a test set held out of the training set by the rule of the dataset's own test split (issue 28), so
 settings are chosen on runs that never read the test set."""
+import importlib.util
+import sys
+
+import pandas as pd
 import pytest
 
-from conftest import compose_run, needs_mirror
+from conftest import REPO, compose_run, needs_mirror
 from datamodules import ParsingDataModule, read_splits
 from datamodules.base import DataConfigError, heldout_longest, heldout_random, heldout_templates
 from datamodules.geoquery import template
@@ -69,3 +73,22 @@ def test_heldout_is_named_in_the_variant_and_refused_where_no_rule_exists():
         == "-heldout100s2"
     with pytest.raises(DataConfigError, match="data.heldout=50: scan_simple has no rule.*geo_funql_iid"):
         ParsingDataModule("scan_simple", heldout=50)
+
+
+def test_the_heldout_table_holds_the_settings_runs_and_nothing_else():
+    spec = importlib.util.spec_from_file_location("heldout_table", REPO / "benchmarks" / "heldout_table.py")
+    heldout_table = sys.modules.setdefault("heldout_table", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(heldout_table)
+
+    def run(variant, data, seed, denotation):
+        return {"model": "span_cky", "variant": variant, "backbone": "minilm-l6", "data": data, "seed": seed,
+                "test_exact_match": 0.1, "test_denotation": denotation}
+
+    runs = pd.DataFrame([run("spanbasedsp-heldout100", "geo_funql_length", 1, 0.4),
+                         run("spanbasedsp-heldout100", "geo_funql_length", 2, 0.6),
+                         run("function_words-heldout100", "geo_funql_iid", 1, 0.8),
+                         run("spanbasedsp", "geo_funql_length", 1, 0.99)])  # a test-set run: not a choice
+    table = heldout_table.heldout_tables(runs)
+    assert "## span_cky · minilm-l6 · heldout100" in table and "99" not in table
+    assert "| setting | geo_funql_iid | geo_funql_length |" in table
+    assert "| function_words | 80.0 (1) |  |" in table and "| spanbasedsp |  | 50.0 ± 14.1 (2) |" in table
