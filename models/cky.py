@@ -232,7 +232,7 @@ def spans_holding(positions: list[int], n: int) -> torch.Tensor | None:
         return None
     marks = torch.zeros(n + 1, dtype=torch.long)
     marks[torch.tensor(positions) + 1] = 1
-    before = marks.cumsum(0)  # before[j]: function words among the first j words
+    before = marks.cumsum(0)  # before[j]: marked words among the first j
     return (before[None, :] - before[:, None]) > 0
 
 
