@@ -38,6 +38,7 @@ its end state its last, so spans stay over words. The paper uses BERT-base (110M
 from __future__ import annotations
 
 import json
+from collections import Counter
 from itertools import islice
 from pathlib import Path
 from typing import Any, Sequence
@@ -87,7 +88,8 @@ class SpanFeaturizer(Featurizer):
     """Words to ids (or to MiniLM word pieces), the category inventory Σ, and lexicon matches per span."""
 
     def __init__(self, formalism: str, lowercase: bool = True, manual_lexicon: bool = True, encoder: str = "lstm",
-                 lexicon: str = "ours", function_words: bool = False, cover_named_words: bool = False):
+                 lexicon: str = "ours", function_words: bool = False, cover_named_words: bool = False,
+                 named_word_share: float = 0.0):
         if encoder not in ENCODERS:
             raise ValueError(f"span_cky: unknown encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
         if lexicon not in LEXICONS:
@@ -98,7 +100,11 @@ class SpanFeaturizer(Featurizer):
         self.manual_lexicon = manual_lexicon  # add the manual lexicon to the entity lexicon
         self.lexicon = lexicon  # which manual lexicon (LEXICONS); named as its option, as resuming compares them
         self.function_words = function_words  # no constant on a span holding one of FUNCTION_WORDS
-        self.cover_named_words = cover_named_words  # no φ over a word the lexicon names a constant with
+        self.cover_named_words = cover_named_words  # no φ over a word the lexicon names a constant with...
+        # ...when, of the training examples holding the word, at least this share have one of its constants in
+        # their program ("has" names loc_1, but most questions with "has" have no loc_1); 0: every such word
+        self.named_word_share = named_word_share
+        self.named_words: set[str] = set()
         self.encoder = encoder
         self.tokenizer = AutoTokenizer.from_pretrained(minilm_path()) if encoder == "minilm" else None
         self.words: dict[str, int] = {}
@@ -132,7 +138,20 @@ class SpanFeaturizer(Featurizer):
             for phrase in self.language.entity_phrases(category) + manual.get(category, []):
                 lexicon.setdefault(" ".join(self.tokens(phrase)), []).append(index[category])
         self.phrases = lexicon
+        if self.cover_named_words:
+            self.named_words = self._reliably_named(examples)
         return self
+
+    def _reliably_named(self, examples: Sequence[Example]) -> set[str]:
+        """The one-word lexicon phrases whose constants the training programs hold in at least ``named_word_share``
+        of the examples where the phrase occurs."""
+        holding, named = Counter(), Counter()
+        for example in examples:
+            constants = set(self.language.categories(example.program))
+            for word in set(self.tokens(example.utterance)) & self.phrases.keys():
+                holding[word] += 1
+                named[word] += any(self.categories[c] in constants for c in self.phrases[word])
+        return {word for word in holding if named[word] >= self.named_word_share * holding[word]}
 
     def encode(self, example: Example) -> dict[str, Any]:
         tokens = self.tokens(example.utterance)
@@ -145,7 +164,7 @@ class SpanFeaturizer(Featurizer):
                                                                     self.language, self.categories)
         # the annotated tree as training labels (gold_trees) and as the labeled spans tree F1 compares
         item = {"n": len(tokens), "matches": matches, "program": example.program,
-                "constraints": self.constraints(tokens, matches),
+                "constraints": self.constraints(tokens),
                 "gold_labels": None if gold_tree is None else self.tree_labels(gold_tree, len(tokens)),
                 "gold_spans": None if gold_tree is None else frozenset(labeled_spans(gold_tree, self.categories))}
         if self.tokenizer is None:
@@ -175,13 +194,13 @@ class SpanFeaturizer(Featurizer):
                          piece_mask=pad_mask([len(item["ids"]) for item in items], batch["ids"].shape[1]))
         return batch
 
-    def constraints(self, tokens: list[str], matches: list[tuple[int, int, int]]) -> dict[str, list[int]]:
+    def constraints(self, tokens: list[str]) -> dict[str, list[int]]:
         """The word positions the chart constrains (``SpanBasedParser._chart``): ``function_words``, where no
         constant may sit (with ``function_words``), and ``named_words``, single words the lexicon names a constant
-        with, which no φ may cover (with ``cover_named_words``)."""
+        with (``_reliably_named``), which no φ may cover (with ``cover_named_words``)."""
         return {"function_words": [i for i, t in enumerate(tokens) if t in FUNCTION_WORDS] if self.function_words
                 else [],
-                "named_words": sorted({i for i, j, _ in matches if j == i + 1}) if self.cover_named_words else []}
+                "named_words": [i for i, t in enumerate(tokens) if t in self.named_words]}
 
     def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
         """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
@@ -200,17 +219,20 @@ class SpanFeaturizer(Featurizer):
     def state_dict(self) -> dict[str, Any]:
         return {"formalism": self.formalism, "lowercase": self.lowercase, "manual_lexicon": self.manual_lexicon,
                 "encoder": self.encoder, "lexicon": self.lexicon, "function_words": self.function_words,
-                "cover_named_words": self.cover_named_words,
-                "words": self.words, "categories": self.categories, "phrases": self.phrases}
+                "cover_named_words": self.cover_named_words, "named_word_share": self.named_word_share,
+                "named_words": sorted(self.named_words), "words": self.words, "categories": self.categories,
+                "phrases": self.phrases}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "SpanFeaturizer":
         # checkpoints from before the lexicon and function_words options kept the phrases under "lexicon"
         phrases = state["phrases"] if "phrases" in state else state["lexicon"]
         lexicon = state["lexicon"] if "phrases" in state else state.get("lexicon_name", "ours")
-        featurizer = cls(state["formalism"], state["lowercase"], state["manual_lexicon"], state["encoder"], lexicon,
-                         state.get("function_words", False), state.get("cover_named_words", False))
+        options = ("formalism", "lowercase", "manual_lexicon", "encoder", "function_words", "cover_named_words",
+                   "named_word_share")
+        featurizer = cls(**{key: state[key] for key in options if key in state}, lexicon=lexicon)
         featurizer.words, featurizer.categories = state["words"], state["categories"]
+        featurizer.named_words = set(state.get("named_words", ()))
         featurizer.phrases = {phrase: list(c) for phrase, c in phrases.items()}
         return featurizer
 

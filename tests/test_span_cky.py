@@ -254,3 +254,19 @@ def test_words_the_lexicon_names_are_never_phi_when_asked():
     for _, tree, _ in itertools.islice(model._chart(scores, n, item["constraints"]).trees(), 20):
         covered = {w for node in tree.nodes() if node.label >= 0 for w in range(node.start, node.end)}
         assert set(item["constraints"]["named_words"]) <= covered
+
+
+def test_a_word_is_named_when_the_training_programs_mostly_hold_its_constant():
+    train = [Example("what city has the most people", "answer ( largest_one ( population_1 ( city ( all ) ) ) )", {}),
+             Example("what river has the most length", "answer ( longest ( river ( all ) ) )", {}),
+             Example("which state has a river", "answer ( state ( loc_1 ( river ( all ) ) ) )", {})]
+    every = SpanFeaturizer("funql", cover_named_words=True).fit(train)
+    assert {"has", "city", "river", "state", "most"} <= every.named_words
+    reliable = SpanFeaturizer("funql", cover_named_words=True, named_word_share=0.9).fit(train)
+    assert "has" not in reliable.named_words and {"city", "river", "state"} <= reliable.named_words
+    assert "most" not in reliable.named_words  # largest_one in one of its two examples
+    tokens = "which state has a river".split()
+    assert reliable.constraints(tokens)["named_words"] == [1, 4]
+    restored = SpanFeaturizer.from_state_dict(reliable.state_dict())
+    assert restored.named_words == reliable.named_words and restored.named_word_share == 0.9
+    assert SpanFeaturizer("funql").fit(train).named_words == set()
