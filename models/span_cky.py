@@ -144,14 +144,16 @@ class SpanFeaturizer(Featurizer):
 
     def _reliably_named(self, examples: Sequence[Example]) -> set[str]:
         """The one-word lexicon phrases whose constants the training programs hold in at least ``named_word_share``
-        of the examples where the phrase occurs."""
+        of the examples where the phrase occurs (every one, with a share of 0; a word no training question holds,
+        such as a city named only at test time, counts as named)."""
+        words = {phrase for phrase in self.phrases if " " not in phrase}
         holding, named = Counter(), Counter()
         for example in examples:
             constants = set(self.language.categories(example.program))
-            for word in set(self.tokens(example.utterance)) & self.phrases.keys():
+            for word in set(self.tokens(example.utterance)) & words:
                 holding[word] += 1
                 named[word] += any(self.categories[c] in constants for c in self.phrases[word])
-        return {word for word in holding if named[word] >= self.named_word_share * holding[word]}
+        return {word for word in words if named[word] >= self.named_word_share * holding[word]}
 
     def encode(self, example: Example) -> dict[str, Any]:
         tokens = self.tokens(example.utterance)
