@@ -555,14 +555,18 @@ class BiLSTM(nn.Module):
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """[B, T, input_size] and [B] lengths -> [B, T, 2 * hidden_size] (zeros past each length)."""
-        positions = torch.arange(inputs.shape[1], device=inputs.device)[None, :]
+        batch, steps = inputs.shape[:2]
+        positions = torch.arange(steps, device=inputs.device)[None, :]
         lengths = lengths.to(inputs.device)[:, None]
         valid = positions < lengths
-        reverse = torch.where(valid, lengths - 1 - positions, positions)[..., None]  # an involution
+        reverse = torch.where(valid, lengths - 1 - positions, positions)  # an involution
+        # the rows of the flattened [B * T, d] states, in each sequence's reversed order: index_select copies
+        # whole rows, several times faster than a gather along T (and its scatter_add backward) on CPU
+        rows = (reverse + torch.arange(batch, device=inputs.device)[:, None] * steps).reshape(-1)
         valid = valid[..., None]
 
         def reversed_(x: torch.Tensor) -> torch.Tensor:
-            return x.gather(1, reverse.expand(-1, -1, x.shape[2]))
+            return x.reshape(batch * steps, -1).index_select(0, rows).view(batch, steps, -1)
 
         states = inputs
         for layer, (forwards, backwards) in enumerate(zip(self.forwards, self.backwards)):
