@@ -29,7 +29,9 @@ Details of the authors' implementation (jonathanherzig/span-based-sp), options o
 held-out training examples (``data.heldout``) choose them: no constant on a span holding a function word
 (featurizer ``function_words``), a learned λ (``learn_lexicon_weight``), ternary derivations below 0 dropped at
 inference (``prune_ternary``), one derivation per score in each span (``distinct_scores``, ``models.cky.parse``),
-and their manual lexicon (featurizer ``lexicon="authors"``).
+and their manual lexicon (featurizer ``lexicon="authors"``). One of this zoo's, for LENGTH's programs that come out
+too short (a long prefix left φ): featurizer ``cover_named_words``, no φ over a word the lexicon names a constant
+with (of those whose constants the training programs hold in ``named_word_share`` of their questions).
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
