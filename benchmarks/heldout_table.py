@@ -10,7 +10,6 @@ part in these numbers: the settings they choose are then run on the test sets wi
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,9 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ir_table import read_runs  # noqa: E402  (the runs table read whole, the newest row of each run)
+from ir_table import table_command  # noqa: E402  (reads the runs table whole, newest row of each run)
 from zoo import split_variant  # noqa: E402
-from zoo.results import ResultsFileError, atomic_path, results_table, runs_file  # noqa: E402
 
 
 def heldout_tables(runs: pd.DataFrame) -> str:
@@ -51,17 +49,7 @@ def heldout_tables(runs: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=runs_file(), help="default: $ZOO_RESULTS, else results/runs.csv")
-    parser.add_argument("--out", type=Path, default=results_table("heldout_table.md"))
-    args = parser.parse_args(argv)
-    try:
-        table = heldout_tables(read_runs(args.runs))
-    except ResultsFileError as e:
-        sys.exit(f"error: {e}")
-    with atomic_path(args.out) as tmp:
-        tmp.write_text(table)
-    print(table)
+    table_command(argv, __doc__, heldout_tables, "heldout_table.md")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -110,18 +110,25 @@ def convergence_mark(runs: pd.DataFrame) -> str:
     return " ?" if (verdicts != "True").any() else ""
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def table_command(argv: list[str] | None, description: str, tables: Callable[[pd.DataFrame], str],
+                  name: str) -> None:
+    """The command line of a Markdown table built from the runs table (``--runs``, ``--out``, default
+    ``results/<name>``): written atomically and printed; a damaged runs table is one line."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=runs_file(), help="default: $ZOO_RESULTS, else results/runs.csv")
-    parser.add_argument("--out", type=Path, default=results_table("ir_table.md"))
+    parser.add_argument("--out", type=Path, default=results_table(name))
     args = parser.parse_args(argv)
     try:
-        table = ir_tables(read_runs(args.runs))
+        table = tables(read_runs(args.runs))
     except ResultsFileError as e:
         sys.exit(f"error: {e}")
     with atomic_path(args.out) as tmp:
         tmp.write_text(table)
     print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    table_command(argv, __doc__, ir_tables, "ir_table.md")
 
 
 if __name__ == "__main__":
