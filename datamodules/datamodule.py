@@ -317,6 +317,9 @@ class ParsingDataModule(L.LightningDataModule):
                 raise DataConfigError(f"data.heldout={self.heldout}, but {self.name} has only {len(train)} training "
                                       "examples: hold out fewer")
             train, test = self.spec.extra["heldout"](train, self.heldout, self.val_seed)
+            if not train:  # (a length rule whose cut falls on the shortest programs holds out their ties too)
+                raise DataConfigError(f"data.heldout={self.heldout} holds out every training example of {self.name} "
+                                      "by its rule: hold out fewer")
         if self.train_limit is not None and self.train_limit > len(train):
             raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
                                   "training examples: drop train_limit to use them all")

@@ -24,6 +24,8 @@ def test_the_length_rule_holds_out_the_longest_programs_with_their_ties():
     assert len(kept) + len(held) == len(EXAMPLES) and not {id(e) for e in kept} & {id(e) for e in held}
     assert max(len(e.program.split()) for e in kept) < min(len(e.program.split()) for e in held)
     assert [e.utterance for e in heldout_longest(EXAMPLES, 1, seed=0)[1]] == ["q4"]
+    kept, held = heldout_longest(EXAMPLES[:1] * 3, 1, seed=0)  # all of one length: all of them go
+    assert not kept and len(held) == 3  # (ParsingDataModule refuses that, naming data.heldout)
 
 
 def test_the_template_rule_holds_out_whole_templates():
