@@ -123,8 +123,11 @@ def read_suite(name_or_path: str) -> tuple[Path, DictConfig]:
 
 
 def _listed(value: Any) -> list:
-    return [] if value is None else list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) \
-        else [value]
+    """One value or a list of them, as a list; ``${...}`` stays as written, for ``run.py`` to resolve in the run's
+    own config (``ckpt_path=runs/.../${data.name}/seed${seed}/...``)."""
+    if OmegaConf.is_list(value):
+        return OmegaConf.to_container(value, resolve=False)
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def expand(suite: DictConfig, extra: list[str] = ()) -> list[list[str]]:

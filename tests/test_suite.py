@@ -145,8 +145,11 @@ def test_suite_entries_expand_to_datasets_seeds_and_sweeps_in_order():
     entries = OmegaConf.create({"overrides": ["debug=smoke"], "runs": [
         {"experiment": "seq2seq_grid_cpu", "data": ["scan_length", "geo_sql_iid"], "seeds": [1, 2],
          "sweep": {"ir": ["none", "rir"]}},
-        {"model": "span_cky", "data": "scan_sp_simple", "overrides": ["trainer.max_epochs=2"]}]})
-    jobs = suite.expand(entries, ["trainer=gpu"])
+        {"model": "span_cky", "data": "scan_sp_simple", "overrides": ["trainer.max_epochs=2"]},
+        {"data": "scan_simple", "overrides": ["test_only=true", "ckpt_path=runs/${data.name}/seed${seed}/best.ckpt"]}]})
+    *jobs, tested = suite.expand(entries, ["trainer=gpu"])
+    # an interpolation is the run's to resolve, in its own config
+    assert tested[-2] == "ckpt_path=runs/${data.name}/seed${seed}/best.ckpt"
     assert len(jobs) == 2 * 2 * 2 + 1
     assert jobs[0] == ["debug=smoke", "experiment=seq2seq_grid_cpu", "data=scan_length", "seed=1", "ir=none",
                        "trainer=gpu"]
