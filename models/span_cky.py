@@ -31,7 +31,9 @@ held-out training examples (``data.heldout``) choose them: no constant on a span
 inference (``prune_ternary``), one derivation per score in each span (``distinct_scores``, ``models.cky.parse``),
 and their manual lexicon (featurizer ``lexicon="authors"``). One of this zoo's, for LENGTH's programs that come out
 too short (a long prefix left φ): featurizer ``cover_named_words``, no φ over a word the lexicon names a constant
-with (of those whose constants the training programs hold in ``named_word_share`` of their questions).
+with (of those whose constants the training programs hold in ``named_word_share`` of their questions); and
+``constant_bonus``, a score β added to every constant label at inference (a tree of m constants gains m·β), which
+trades the prior of training's shorter programs for longer ones.
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
@@ -254,7 +256,7 @@ class SpanBasedParser(Parser):
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
                  lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
                  share_entity_scores: bool = True, learn_lexicon_weight: bool = False, prune_ternary: bool = False,
-                 distinct_scores: bool = False):
+                 distinct_scores: bool = False, constant_bonus: float = 0.0):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
@@ -337,10 +339,14 @@ class SpanBasedParser(Parser):
                composition=None, k: int | None = None) -> cky.Chart:
         """The K-best chart of one utterance of ``n`` words from its span scores, under the featurizer's
         ``constraints`` of the utterance (no constant over a function word, no φ over a word the lexicon names).
-        Ternary pruning applies at inference only, as the authors did."""
+        Ternary pruning applies at inference only, as the authors did, and so does ``constant_bonus``: every
+        constant of a tree adds it to the tree's score, against trees that leave words φ."""
         featurizer, constraints = self.featurizer, constraints or {}
         shifted = cky.shift(scores[:n + 1, :n + 1], featurizer.phi)
-        return cky.parse(shifted[..., :featurizer.join], shifted[..., featurizer.join], k=k or self.hparams.k,
+        constant_scores = shifted[..., :featurizer.join]
+        if composition is None and self.hparams.constant_bonus:
+            constant_scores = constant_scores + self.hparams.constant_bonus
+        return cky.parse(constant_scores, shifted[..., featurizer.join], k=k or self.hparams.k,
                          ternary=self.hparams.ternary, composition=composition,
                          barred=cky.spans_holding(constraints.get("function_words", []), n),
                          meaningful=cky.spans_holding(constraints.get("named_words", []), n),

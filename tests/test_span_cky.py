@@ -271,3 +271,29 @@ def test_a_word_is_named_when_the_training_programs_mostly_hold_its_constant():
     assert restored.named_words == reliable.named_words and restored.named_word_share == 0.9
     assert SpanFeaturizer("funql").fit(train).named_words == set()
     assert "rivers" in reliable.named_words  # named by the lexicon, in no training question
+
+
+def test_a_constant_bonus_at_inference_favours_trees_with_more_constants_and_leaves_training_alone():
+    program = "answer ( longest ( river ( loc_2 ( countryid ( 'usa' ) ) ) ) )"
+    train = [Example("what is the longest river in the us ?", program, {})]
+    featurizer = SpanFeaturizer("funql").fit(train)
+    n = featurizer.encode(train[0])["n"]
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), -1.0)
+    scores[..., featurizer.phi] = 0.0  # every node costs 1 but "us" as the country, as in LENGTH's short programs
+    scores[7, 8, featurizer.categories.index("countryid ( 'usa' )")] = 50.0
+
+    def parser(bonus):
+        torch.manual_seed(0)
+        return SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1,
+                               constant_bonus=bonus).eval()
+
+    def constants(tree):
+        return sum(node.label >= 0 for node in tree.nodes())
+
+    plain, bonus = parser(0.0), parser(3.0)
+    best_plain, best_bonus = next(plain._chart(scores, n).trees()), next(bonus._chart(scores, n).trees())
+    assert constants(best_plain[1]) == 1 and constants(best_bonus[1]) > 1
+    composition = featurizer.composition(program)  # hard-EM's search: the same best tree and score
+    trained = [next(model._chart(scores, n, composition=composition, k=len(composition.table)).trees())
+               for model in (plain, bonus)]
+    assert float(trained[0][0]) == float(trained[1][0]) and constants(trained[0][1]) == 4  # answer is implicit
