@@ -398,7 +398,9 @@ class SpanBasedParser(Parser):
                ) -> tuple[str, set[tuple[int, int, str]] | None]:
         """CKY inference for one utterance of ``n`` words from its span scores (§3.2): the program of the best tree
         whose sub-programs compose, and that tree's labeled spans; ("", None) when none of the first ``max_trees``
-        root candidates composes (scored wrong). ``constraints``: as in ``_chart``."""
+        root candidates composes (scored wrong). ``constraints``: as in ``_chart``; where they leave no tree that
+        composes (a word the lexicon names may stand for another constant than the one it names), the chart
+        without them decides, so a constraint can cost an answer but never leave a question unanswered."""
         language, categories = self.featurizer.language, self.featurizer.categories
         chart = self._chart(scores, n, constraints)
         candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
@@ -407,6 +409,8 @@ class SpanBasedParser(Parser):
             program = language.program(meaning)
             if program is not None:
                 return program, labeled_spans(chart.tree(back, 0, n), categories)
+        if constraints and any(constraints.values()):
+            return self.decode(scores, n)
         return "", None
 
     @torch.no_grad()

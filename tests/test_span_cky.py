@@ -297,3 +297,22 @@ def test_a_constant_bonus_at_inference_favours_trees_with_more_constants_and_lea
     trained = [next(model._chart(scores, n, composition=composition, k=len(composition.table)).trees())
                for model in (plain, bonus)]
     assert float(trained[0][0]) == float(trained[1][0]) and constants(trained[0][1]) == 4  # answer is implicit
+
+
+def test_constraints_that_leave_no_valid_tree_give_way_to_the_unconstrained_chart():
+    train = [Example("how many rivers does alaska have ?",
+                     "answer ( count ( river ( loc_2 ( stateid ( 'alaska' ) ) ) ) )", {})]
+    featurizer = SpanFeaturizer("funql").fit(train)
+    n = featurizer.encode(train[0])["n"]
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), float("-inf"))
+    scores[..., featurizer.phi] = scores[..., featurizer.join] = 0.0
+    scores[4, 5, featurizer.categories.index("stateid ( 'alaska' )")] = 5.0
+    scores[5, 6, featurizer.categories.index("exclude")] = 1.0  # "have" can only be a function of two arguments
+    constraints = {"named_words": [5]}  # and must stand under a constant: no program composes
+    assert not any(program for _, program, _ in itertools.islice(
+        model._chart(scores, n, constraints).meanings(
+            lambda c: featurizer.language.leaf(featurizer.categories[c]), featurizer.language.compose), 100)
+        if program is not None and featurizer.language.program(program) is not None)
+    assert model.decode(scores, n, constraints)[0] == model.decode(scores, n)[0] == "answer ( stateid ( 'alaska' ) )"
