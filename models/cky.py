@@ -20,26 +20,34 @@ trees of hard-EM (§3.3) consistent. A one-constant utterance ("walk") is a tree
 
 Inference keeps the K best derivations of J for every span (Algorithm 1 keeps them per span and non-terminal). One
 span length at a time, all start positions together, the candidates of every rule, split point and child pair (or
-triple) are one tensor, and ``torch.topk`` merges them; the only Python loop is over span lengths. The root keeps
-every candidate built from its children's K best, in descending order, so the caller can return the best tree whose
+triple) are one array, and a top-k merges them; the only Python loop is over span lengths. The root keeps every
+candidate built from its children's K best, in descending order, so the caller can return the best tree whose
 program is valid (``Chart.trees``); K-best is exact for the K best trees, since a tree's score adds its children's.
+
+The chart is numpy arrays and the arithmetic numpy: a short utterance's chart is some thirty small array operations
+per span length, and numpy's fixed cost per operation is a few times below torch's (torch does only the top-k's, where
+its kernel is the faster one). A chart entry keeps the index of its candidate among its span's, read back into a back
+pointer only when a tree is built (``_Plan.read``).
 
 Hard-EM (§3.3) prunes the chart with the gold program: constants outside it are -inf, and two nodes compose only if
 their sub-programs compose within the gold program. That second test is a lookup table over the gold program's
-sub-programs (``Composition``), so it too is a tensor gather.
+sub-programs (``Composition``), so it too is an array gather.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
 JOIN, PHI = -1, -2  # labels of join and φ nodes in a SpanNode (constants are their index in Σ)
 NONE = -1  # "no sub-program" in a Composition id
 # Derivation rules, the first column of a back pointer (rule, split1, split2, left k, middle k, right k)
 TERM, ABSORB, BINARY, TERNARY, LEADING_PHI = range(5)
+NEG_INF = np.float32("-inf")
+BackPointer = tuple[int, int, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -72,21 +80,51 @@ class Composition:
 
 
 class Chart:
-    """The K-best chart of one utterance: ``scores[i, j, k]`` and back pointers of J, and the sorted root."""
+    """The K-best chart of one utterance, numpy arrays over half-open spans ``(i, j)``: ``scores[i, j, k]`` of J
+    (sorted, -inf past a span's derivations), ``programs`` (their Composition ids, hard-EM only), ``constants`` (T's
+    k-th best constant of a span), and the root's candidates (``trees``, ``meanings``).
+
+    A chart entry's derivation is stored as the index of its candidate among its span's (``choice``); ``_Plan.read``
+    turns it into a back pointer (rule, split1, split2, left k, middle k, right k) when a tree asks for it, so parsing
+    gathers one index per entry instead of six columns, and a search reads only the entries its trees visit."""
 
     def __init__(self, n: int, k: int):
         self.n, self.k = n, k
-        self.scores = torch.full((n + 1, n + 1, k), float("-inf"))
-        self.back = torch.zeros((n + 1, n + 1, k, 6), dtype=torch.long)
-        self.programs = torch.full((n + 1, n + 1, k), NONE, dtype=torch.long)  # Composition ids (hard-EM only)
-        self.constants = torch.zeros((n + 1, n + 1, k), dtype=torch.long)  # T: the k-th best constant of a span
-        self.root_scores = torch.zeros(0)
-        self.root_back = torch.zeros((0, 6), dtype=torch.long)
-        self.root_programs = torch.zeros(0, dtype=torch.long)
+        self.scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32)
+        self.choice = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # candidate index, read by plans[length]
+        self.programs = np.full((n + 1, n + 1, k), NONE, dtype=np.int64)  # Composition ids (hard-EM only)
+        self.constants = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # T: the k-th best constant of a span
+        self.plans: dict[int, _Plan] = {}  # per span length: the layout of its candidates
+        self.outer: dict[int, np.ndarray] = {}  # per span length: a ternary candidate's outer pairs [N, P, K]
+        self.root_plan: _Plan | None = None
+        self.root_candidates = np.zeros(0, dtype=np.float32)  # every root candidate's score, in candidate order
+        self.root_candidate_programs = np.zeros(0, dtype=np.int64)
 
-    def tree(self, back: torch.Tensor, start: int, end: int) -> SpanNode:
-        """The span tree of a back pointer (a row of ``back`` or ``root_back``) over ``(start, end)``."""
-        rule, s1, s2, kl, km, kr = back.tolist()
+    @property
+    def root_scores(self) -> np.ndarray:
+        """The root candidates' scores, best first."""
+        return self.root_candidates[self._root_order()]
+
+    @property
+    def root_programs(self) -> np.ndarray:
+        """The root candidates' Composition ids (NONE without one), in the order of ``root_scores``."""
+        return self.root_candidate_programs[self._root_order()]
+
+    def _root_order(self) -> np.ndarray:
+        return np.argsort(-self.root_candidates, kind="stable")
+
+    def back_pointer(self, start: int, end: int, k: int) -> BackPointer:
+        """The back pointer of the k-th entry of span ``(start, end)``."""
+        length = end - start
+        return self.plans[length].read(int(self.choice[start, end, k]), start, self.outer.get(length))
+
+    def root_back_pointer(self, index: int) -> BackPointer:
+        """The back pointer of root candidate ``index`` (in candidate order, as ``_ranked_roots`` gives them)."""
+        return self.root_plan.read(index, 0, self.outer.get(self.n))
+
+    def tree(self, back: Sequence[int], start: int, end: int) -> SpanNode:
+        """The span tree of a back pointer (``back_pointer``, or one ``meanings`` gives) over ``(start, end)``."""
+        rule, s1, s2, kl, km, kr = (int(value) for value in back)
         if rule == TERM:
             return SpanNode(start, end, int(self.constants[start, end, kl]))
         if rule == ABSORB:
@@ -99,23 +137,41 @@ class Chart:
         return SpanNode(start, end, JOIN, (self.node(start, s1, kl), self.node(s1, s2, km), self.node(s2, end, kr)))
 
     def node(self, start: int, end: int, k: int) -> SpanNode:
-        return self.tree(self.back[start, end, k], start, end)
+        return self.tree(self.back_pointer(start, end, k), start, end)
+
+    def _ranked_roots(self) -> Iterator[int]:
+        """The indices of the finite root candidates, best first. A search mostly stops at the first few, so those
+        come from a top-k, and the full sort of a long utterance's tens of thousands of candidates waits until a
+        search goes past them."""
+        scores = self.root_candidates
+        first = torch.from_numpy(scores).topk(min(16, len(scores))).indices.tolist()
+        for index in first:
+            if scores[index] == NEG_INF:  # the finite ones come first
+                return
+            yield index
+        if len(first) < len(scores):
+            seen = set(first)  # all the best len(first): the rest of the sorted order, without them
+            for index in np.argsort(-scores, kind="stable").tolist():
+                if index not in seen:
+                    if scores[index] == NEG_INF:
+                        return
+                    yield index
 
     def trees(self) -> Iterator[tuple[float, SpanNode, int]]:
         """(score, tree, Composition id) of every root candidate, best first; -inf candidates are left out."""
-        for index in range(int(torch.isfinite(self.root_scores).sum())):  # the finite ones come first
-            yield (float(self.root_scores[index]), self.tree(self.root_back[index], 0, self.n),
-                   int(self.root_programs[index]))
+        for index in self._ranked_roots():
+            yield (float(self.root_candidates[index]), self.tree(self.root_back_pointer(index), 0, self.n),
+                   int(self.root_candidate_programs[index]))
 
     def meanings(self, leaf: Callable[[int], Any], compose: Callable[[Any, Any], Any | None]
-                 ) -> Iterator[tuple[float, Any, torch.Tensor]]:
+                 ) -> Iterator[tuple[float, Any, BackPointer]]:
         """(score, meaning, back pointer) of every root candidate, best first, where a meaning is built bottom-up
         by ``leaf(constant)`` and ``join_meaning`` (None: no meaning). Each chart entry's meaning is computed
         once, so a root candidate costs a composition or two however deep its tree."""
         memo: dict[tuple[int, int, int], Any] = {}
 
-        def meaning(back: torch.Tensor, start: int, end: int) -> Any:
-            rule, s1, s2, kl, km, kr = back.tolist()
+        def meaning(back: BackPointer, start: int, end: int) -> Any:
+            rule, s1, s2, kl, km, kr = back
             if rule in (TERM, ABSORB):
                 return leaf(int(self.constants[start, s1 if rule == ABSORB else end, kl]))
             if rule == LEADING_PHI:
@@ -126,11 +182,12 @@ class Chart:
 
         def entry(start: int, end: int, k: int) -> Any:
             if (start, end, k) not in memo:
-                memo[start, end, k] = meaning(self.back[start, end, k], start, end)
+                memo[start, end, k] = meaning(self.back_pointer(start, end, k), start, end)
             return memo[start, end, k]
 
-        for index in range(int(torch.isfinite(self.root_scores).sum())):
-            yield float(self.root_scores[index]), meaning(self.root_back[index], 0, self.n), self.root_back[index]
+        for index in self._ranked_roots():
+            back = self.root_back_pointer(index)
+            yield float(self.root_candidates[index]), meaning(back, 0, self.n), back
 
 
 def join_meaning(compose: Callable[[Any, Any], Any | None], left: Any, right: Any, *middle: Any) -> Any | None:
@@ -147,9 +204,31 @@ def shift(scores: torch.Tensor, phi: int) -> torch.Tensor:
     return scores - scores[..., phi:phi + 1]
 
 
+def _numpy(values: torch.Tensor | np.ndarray, dtype=np.float32) -> np.ndarray:
+    """A tensor or an array as a numpy array of ``dtype`` (a CPU tensor's memory is shared, not copied)."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values, dtype=dtype)
+
+
+class _Gold(NamedTuple):
+    """A Composition as numpy arrays, and the constants it allows (those in the gold program)."""
+
+    constant: np.ndarray
+    table: np.ndarray
+    gold: int
+    allowed: np.ndarray
+
+    @classmethod
+    def of(cls, composition: Composition) -> "_Gold":
+        constant = _numpy(composition.constant, np.int64)
+        return cls(constant, _numpy(composition.table, np.int64), composition.gold, np.flatnonzero(constant >= 0))
+
+
 def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, ternary: bool = False,
-          composition: Composition | None = None, barred: torch.Tensor | None = None,
-          meaningful: torch.Tensor | None = None, prune_ternary: bool = False, distinct_scores: bool = False) -> Chart:
+          composition: Composition | None = None, barred: np.ndarray | torch.Tensor | None = None,
+          meaningful: np.ndarray | torch.Tensor | None = None, prune_ternary: bool = False,
+          distinct_scores: bool = False) -> Chart:
     """K-best CKY. ``constant_scores`` [n+1, n+1, Σ] and ``join_scores`` [n+1, n+1] are shifted scores (``shift``)
     indexed by half-open spans ``(i, j)``; entries with j <= i are never read. With ``composition`` the chart keeps
     only derivations whose sub-programs compose within the gold program (hard-EM).
@@ -161,214 +240,248 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     of the candidates in this module's order, as their chart kept a set of the scores it had seen.
 
     ``meaningful`` [n+1, n+1] (this zoo's, for LENGTH's too-short programs, issue 28) marks the spans no φ may cover:
-    those holding a word the lexicon names a constant with, which must then stand under a constant of the tree."""
+    those holding a word the lexicon names a constant with, which must then stand under a constant of the tree.
+
+    The masks may be numpy arrays or tensors; the chart is numpy (``Chart``)."""
     n = constant_scores.shape[0] - 1
     if n < 1:
         raise ValueError("an utterance needs at least one token")
-    constant_scores, join_scores = constant_scores.detach().float().cpu(), join_scores.detach().float().cpu()
-    if composition is not None:
-        allowed = composition.constant >= 0
-        constant_scores = constant_scores.masked_fill(~allowed, float("-inf"))
-    if barred is not None:
-        constant_scores = constant_scores.masked_fill(barred.cpu()[..., None], float("-inf"))
+    gold = None if composition is None else _Gold.of(composition)
     chart = Chart(n, k)
+    # T's K best constants of every span: one torch.topk over Σ, where torch's kernel is faster than numpy's
+    constant_scores = torch.as_tensor(constant_scores).detach().float().cpu()
+    if gold is not None:  # hard-EM: only the gold program's constants
+        constant_scores = constant_scores[..., torch.from_numpy(gold.allowed)]
     width = min(k, constant_scores.shape[-1])
-    best, chart.constants[..., :width] = constant_scores.topk(width, dim=-1)
-    terminal_scores = torch.full((n + 1, n + 1, k), float("-inf"))
-    terminal_scores[..., :width] = best
+    best, best_constants = constant_scores.topk(width, dim=-1)
+    terminal_scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32)
+    terminal_scores[..., :width] = best.numpy()
+    chart.constants[..., :width] = best_constants.numpy() if gold is None else gold.allowed[best_constants.numpy()]
+    if barred is not None:  # no constant on these spans: every one of their constants is -inf
+        terminal_scores[_numpy(barred, bool)] = NEG_INF
     # what a φ span adds to a derivation: 0 (φ is the shifted scores' zero), -inf where it may not be
-    phi_scores = None if meaningful is None else torch.zeros(n + 1, n + 1).masked_fill(meaningful.cpu(), float("-inf"))
-    builder = _Candidates(chart, terminal_scores, join_scores, ternary, composition, prune_ternary, distinct_scores,
+    phi_scores = None if meaningful is None else np.where(_numpy(meaningful, bool), NEG_INF, np.float32(0))
+    builder = _Candidates(chart, terminal_scores, _numpy(join_scores), ternary, gold, prune_ternary, distinct_scores,
                           phi_scores)
     for length in range(1, n + 1):
-        scores, back, programs = builder(length)
-        if composition is not None:
+        # the whole utterance's candidates are the root's too, less S := φ J
+        candidates = builder(length, root=length == n)
+        scores, programs = _merged([c for c in candidates if c.rule != LEADING_PHI])
+        if gold is not None:
             scores = _best_per_program(scores, programs)
         if distinct_scores:
             scores = _first_of_each_score(scores)
-        top = scores.topk(min(k, scores.shape[1]), dim=1)
-        starts, ends = _layout(n, length)[:2]
-        chart.scores[starts, ends, :top.values.shape[1]] = top.values
-        chart.back[starts, ends, :top.values.shape[1]] = back.gather(1, top.indices[..., None].expand(-1, -1, 6))
+        values, indices = _top_k(scores, min(k, scores.shape[1]))
+        layout, kept = _layout(n, length), values.shape[1]
+        chart.scores[layout.starts, layout.ends, :kept] = values
+        chart.choice[layout.starts, layout.ends, :kept] = indices
         if programs is not None:
-            chart.programs[starts, ends, :top.values.shape[1]] = programs.gather(1, top.indices)
-    scores, back, programs = builder(n, root=True)
-    if composition is not None:  # at the root only the gold program itself is right
-        scores = scores.masked_fill(programs != composition.gold, float("-inf"))
+            chart.programs[layout.starts, layout.ends, :kept] = np.take_along_axis(programs, indices, 1)
+        chart.plans[length] = _plan(n, length, k, ternary, root=False)
+    scores, programs = _merged(candidates)
+    if gold is not None:  # at the root only the gold program itself is right
+        scores = np.where(programs == gold.gold, scores, NEG_INF)
     if distinct_scores:
         scores = _first_of_each_score(scores)
-    order = scores[0].argsort(descending=True)
-    chart.root_scores, chart.root_back = scores[0, order], back[0, order]
-    chart.root_programs = programs[0, order] if programs is not None else torch.full(order.shape, NONE)
+    chart.root_plan = _plan(n, n, k, ternary, root=True)
+    chart.root_candidates = scores[0]
+    chart.root_candidate_programs = programs[0] if programs is not None else np.full(scores.shape[1], NONE)
     return chart
 
 
-def _best_per_program(scores: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
+def _top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of each row of ``scores`` [N, X], best first: values and indices. ``torch.topk`` on the same
+    memory: numpy's argpartition costs several times more on rows of thousands (a long utterance's)."""
+    values, indices = torch.from_numpy(scores).topk(k, dim=-1)
+    return values.numpy(), indices.numpy()
+
+
+def _best_per_program(scores: np.ndarray, programs: np.ndarray) -> np.ndarray:
     """``scores`` [N, X] with every candidate but the best of its sub-program (per row) set to -inf: two
     derivations of one sub-program compose alike, so hard-EM needs only the better, and the K kept are K different
-    sub-programs."""
-    order = scores.argsort(dim=1, descending=True, stable=True)
-    ranked = programs.gather(1, order).clamp(min=0)
-    positions = torch.arange(scores.shape[1]).expand_as(ranked)
-    first = torch.full((scores.shape[0], int(programs.max().clamp(min=0)) + 1), scores.shape[1])
-    first = first.scatter_reduce(1, ranked, positions, reduce="amin")  # rank of each program's best candidate
-    keep_ranked = first.gather(1, ranked) == positions
-    keep = torch.zeros_like(keep_ranked).scatter(1, order, keep_ranked)
-    return scores.masked_fill(~keep, float("-inf"))
+    sub-programs. Of equal scores the first candidate is the best."""
+    # by program, then best first; lexsort is stable, so equal scores stay in candidate order
+    order = np.lexsort((-scores, programs), axis=-1)
+    grouped = np.take_along_axis(programs, order, 1)
+    first = np.ones(grouped.shape, dtype=bool)  # the first of its program in the sorted row
+    first[:, 1:] = grouped[:, 1:] != grouped[:, :-1]
+    keep = np.empty_like(first)
+    np.put_along_axis(keep, order, first, 1)
+    return np.where(keep, scores, NEG_INF)
 
 
-def _first_of_each_score(scores: torch.Tensor) -> torch.Tensor:
+def _first_of_each_score(scores: np.ndarray) -> np.ndarray:
     """``scores`` [N, X] with every candidate whose score equals an earlier candidate's (in its row) set to -inf."""
-    order = scores.argsort(dim=1, descending=True, stable=True)  # equal scores stay in candidate order
-    ranked = scores.gather(1, order)
-    repeated = torch.zeros_like(ranked, dtype=torch.bool)
-    repeated[:, 1:] = (ranked[:, 1:] == ranked[:, :-1]) & torch.isfinite(ranked[:, 1:])
-    return scores.masked_fill(torch.zeros_like(repeated).scatter(1, order, repeated), float("-inf"))
+    order = np.argsort(-scores, axis=1, kind="stable")  # equal scores stay in candidate order
+    ranked = np.take_along_axis(scores, order, 1)
+    repeated = np.zeros(ranked.shape, dtype=bool)
+    repeated[:, 1:] = (ranked[:, 1:] == ranked[:, :-1]) & np.isfinite(ranked[:, 1:])
+    mask = np.empty_like(repeated)
+    np.put_along_axis(mask, order, repeated, 1)
+    return np.where(mask, NEG_INF, scores)
 
 
-def spans_holding(positions: list[int], n: int) -> torch.Tensor | None:
+def spans_holding(positions: list[int], n: int) -> np.ndarray | None:
     """[n+1, n+1] True for the spans ``(i, j)`` holding a word at one of ``positions``; None when there is none."""
     if not positions:
         return None
-    marks = torch.zeros(n + 1, dtype=torch.long)
-    marks[torch.tensor(positions) + 1] = 1
-    before = marks.cumsum(0)  # before[j]: marked words among the first j
+    marks = np.zeros(n + 1, dtype=np.int64)
+    marks[np.asarray(positions) + 1] = 1
+    before = marks.cumsum()  # before[j]: marked words among the first j
     return (before[None, :] - before[:, None]) > 0
 
 
-# Utterances up to this long keep their back-pointer tables between calls at inference, where the per-call cost of
-# building them dominates a short utterance's decoding; longer ones (and hard-EM's large K) rebuild them each call.
-CACHED_LENGTH = 12
-
-
 class _Layout(NamedTuple):
-    """The index tensors of the spans of ``length`` words of an utterance of n: their starts and ends [N], split
-    points [N, L-1], and the two split points of each ternary split pair [N, P]."""
+    """The index arrays of the spans of ``length`` words of an utterance of n: their starts and ends [N] (and as
+    columns [N, 1], to broadcast), split points [N, L-1], and the two split points of each ternary split pair [N, P]."""
 
-    starts: torch.Tensor
-    ends: torch.Tensor
-    splits: torch.Tensor
-    first: torch.Tensor
-    second: torch.Tensor
+    starts: np.ndarray
+    ends: np.ndarray
+    i: np.ndarray
+    j: np.ndarray
+    splits: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
 
 
 @lru_cache(maxsize=4096)
 def _layout(n: int, length: int) -> _Layout:
-    starts = torch.arange(n - length + 1)
-    pairs = torch.triu_indices(max(length - 1, 0), max(length - 1, 0), offset=1) + 1  # 1 <= d1 < d2 <= L-1
-    return _Layout(starts, starts + length, starts[:, None] + torch.arange(1, length)[None, :],
-                   starts[:, None] + pairs[0][None, :], starts[:, None] + pairs[1][None, :])
+    starts = np.arange(n - length + 1)
+    pairs = np.triu_indices(max(length - 1, 0), 1)  # 1 <= d1 < d2 <= L-1, less one
+    layout = _Layout(starts, starts + length, starts[:, None], starts[:, None] + length,
+                     starts[:, None] + np.arange(1, length)[None, :],
+                     starts[:, None] + pairs[0][None, :] + 1, starts[:, None] + pairs[1][None, :] + 1)
+    for array in layout:  # shared by every call: read-only
+        array.flags.writeable = False
+    return layout
 
 
-def _build_back_table(n: int, length: int, k: int, ternary: bool, root: bool,
-                      outer_ks: torch.Tensor | None = None) -> torch.Tensor:
-    """Back pointers [N, X, 6] of every candidate of ``_Candidates`` over the spans of ``length`` words of an
-    utterance of ``n`` (N = its starts; the root's when ``root``), in the candidates' order. Everything but a ternary
-    candidate's outer k's depends on the utterance's length alone: those come from ``outer_ks`` [N, P, K], the
-    indices of the K best outer pairs (0 without it)."""
-    layout, ks, tables = _layout(n, length), torch.arange(k), []
-    rows = len(layout.starts)
+class _Plan:
+    """Where each candidate of ``_Candidates`` over the spans of one length sits in a span's row of candidates, in
+    rule order: T (K), T φ (K per split), J J (K x K per split), at the root φ J (K per split), and J J J (K outer
+    pairs x K middles per split pair). ``read`` turns a candidate's index into its back pointer."""
 
-    def table(shape, rule, s1=0, s2=0, kl=0, km=0, kr=0):
-        columns = [torch.as_tensor(c).expand(shape) for c in (rule, s1, s2, kl, km, kr)]
-        tables.append(torch.stack(columns, dim=-1).reshape(rows, -1, 6))
+    def __init__(self, n: int, length: int, k: int, ternary: bool, root: bool):
+        self.k, self.layout = k, _layout(n, length)
+        splits = length - 1
+        self.blocks = [(TERM, k)]  # (rule, candidates per span)
+        if length >= 2:
+            self.blocks += [(ABSORB, splits * k), (BINARY, splits * k * k)]
+            if root:
+                self.blocks.append((LEADING_PHI, splits * k))
+        if ternary and length >= 3:
+            self.blocks.append((TERNARY, self.layout.first.shape[1] * k * k))
 
-    table((rows, k), TERM, kl=ks)
-    if length >= 2:
-        splits = layout.splits
-        table((rows, length - 1, k), ABSORB, s1=splits[..., None], kl=ks)
-        table((rows, length - 1, k, k), BINARY, s1=splits[..., None, None], kl=ks[:, None], kr=ks)
-        if root:
-            table((rows, length - 1, k), LEADING_PHI, s1=splits[..., None], kr=ks)
-    if ternary and length >= 3:
-        kl, kr = (0, 0) if outer_ks is None else ((outer_ks // k)[..., None], (outer_ks % k)[..., None])
-        table((rows, layout.first.shape[1], k, k), TERNARY, s1=layout.first[..., None, None],
-              s2=layout.second[..., None, None], kl=kl, km=ks, kr=kr)
-    return torch.cat(tables, dim=1)
+    def read(self, index: int, start: int, outer: np.ndarray | None) -> BackPointer:
+        """The back pointer of candidate ``index`` of the span starting at ``start`` (its row in the layout);
+        ``outer`` [N, P, K]: the ternary candidates' outer pairs (``Chart.outer``)."""
+        k = self.k
+        for rule, size in self.blocks:
+            if index < size:
+                break
+            index -= size
+        if rule == TERM:
+            return TERM, 0, 0, index, 0, 0
+        if rule == ABSORB:
+            split, kl = divmod(index, k)
+            return ABSORB, start + 1 + split, 0, kl, 0, 0
+        if rule == BINARY:
+            split, pair = divmod(index, k * k)
+            return BINARY, start + 1 + split, 0, pair // k, 0, pair % k
+        if rule == LEADING_PHI:
+            split, kr = divmod(index, k)
+            return LEADING_PHI, start + 1 + split, 0, 0, 0, kr
+        pair, rest = divmod(index, k * k)
+        rank, km = divmod(rest, k)
+        kl, kr = divmod(int(outer[start, pair, rank]), k)
+        return TERNARY, int(self.layout.first[start, pair]), int(self.layout.second[start, pair]), kl, km, kr
 
 
-_cached_back_table = lru_cache(maxsize=None)(_build_back_table)
+_plan = lru_cache(maxsize=4096)(_Plan)
+
+
+class _Block(NamedTuple):
+    """One rule's candidates over the spans of a length: scores [N, X] and Composition ids [N, X] (or None)."""
+
+    rule: int
+    scores: np.ndarray
+    programs: np.ndarray | None
+
+
+def _merged(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The blocks' candidates as one row per span, in rule order; a derivation whose sub-programs do not compose is
+    no derivation (-inf)."""
+    scores = np.concatenate([block.scores for block in blocks], axis=1)
+    if blocks[0].programs is None:
+        return scores, None
+    programs = np.concatenate([block.programs for block in blocks], axis=1)
+    return np.where(programs < 0, NEG_INF, scores), programs
 
 
 class _Candidates:
-    """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, flattened per start: scores
-    [N, X], back pointers [N, X, 6], Composition ids [N, X] (None without a Composition)."""
+    """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, one ``_Block`` per rule in the
+    order of ``_Plan``: scores [N, X] and Composition ids [N, X] (None without a Composition)."""
 
-    def __init__(self, chart: Chart, terminal_scores, join_scores, ternary: bool, composition: Composition | None,
-                 prune_ternary: bool = False, distinct_scores: bool = False, phi_scores: torch.Tensor | None = None):
+    def __init__(self, chart: Chart, terminal_scores: np.ndarray, join_scores: np.ndarray, ternary: bool,
+                 gold: _Gold | None, prune_ternary: bool = False, distinct_scores: bool = False,
+                 phi_scores: np.ndarray | None = None):
         self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
-        self.ternary, self.composition = ternary, composition
+        self.ternary, self.gold = ternary, gold
         self.prune_ternary, self.distinct_scores, self.phi_scores = prune_ternary, distinct_scores, phi_scores
 
-    def compose(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def compose(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
-        out = self.composition.table[a.clamp(min=0), b.clamp(min=0)]
-        return out.masked_fill((a < 0) | (b < 0), NONE)
+        return np.where((a < 0) | (b < 0), NONE, self.gold.table[np.maximum(a, 0), np.maximum(b, 0)])
 
-    def __call__(self, length: int, root: bool = False):
-        chart, k, constrained = self.chart, self.chart.k, self.composition is not None
-        starts, ends, splits, s1, s2 = _layout(chart.n, length)
-        i, j = starts[:, None], ends[:, None]
-        join = self.join_scores[starts, ends]
-        scores, programs = [], []  # each rule's candidates [N, ...], in the order of _build_back_table
+    def __call__(self, length: int, root: bool = False) -> list[_Block]:
+        chart, k, gold = self.chart, self.chart.k, self.gold
+        starts, ends, i, j, splits, s1, s2 = _layout(chart.n, length)
+        rows = len(starts)
+        join = self.join_scores[starts, ends][:, None, None]  # [N, 1, 1]
+        blocks = []
+
+        def add(rule: int, scores: np.ndarray, programs: np.ndarray | None = None) -> None:
+            blocks.append(_Block(rule, scores.reshape(rows, -1), None if programs is None else
+                                 programs.reshape(rows, -1)))
+
         # J := T
-        scores.append(self.terminal_scores[starts, ends])
-        if constrained:
-            programs.append(self.composition.constant[chart.constants[starts, ends]])
+        add(TERM, self.terminal_scores[starts, ends],
+            None if gold is None else gold.constant[chart.constants[starts, ends]])
         if length >= 2:
             # J := T φ
-            absorb = self.terminal_scores[i, splits] + join[:, None, None]
-            scores.append(absorb if self.phi_scores is None else absorb + self.phi_scores[splits, j][..., None])
+            absorb = self.terminal_scores[i, splits] + join
+            add(ABSORB, absorb if self.phi_scores is None else absorb + self.phi_scores[splits, j][..., None],
+                None if gold is None else gold.constant[chart.constants[i, splits]])
             # J := J J
             left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
-            scores.append(left[..., :, None] + right[..., None, :] + join[:, None, None, None])
-            if constrained:
-                programs.append(self.composition.constant[chart.constants[i, splits]])
-                programs.append(self.compose(chart.programs[i, splits][..., :, None],
-                                             chart.programs[splits, j][..., None, :]))
+            add(BINARY, left[..., :, None] + right[..., None, :] + join[..., None],
+                None if gold is None else self.compose(chart.programs[i, splits][..., :, None],
+                                                       chart.programs[splits, j][..., None, :]))
             if root:
                 # S := φ J
-                leading = chart.scores[splits, j] + join[:, None, None]
-                scores.append(leading if self.phi_scores is None else leading + self.phi_scores[i, splits][..., None])
-                if constrained:
-                    programs.append(chart.programs[splits, j])
-        outer_ks = None
+                leading = right + join
+                add(LEADING_PHI, leading if self.phi_scores is None else leading + self.phi_scores[i, splits][..., None],
+                    None if gold is None else chart.programs[splits, j])
         if self.ternary and length >= 3:
             # J := J J J; the outer spans compose first, then the result with the middle (§3.4). A tree's score
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
             # sub-programs, since only a pair's sub-program decides what it composes with.
-            outer = (chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]).flatten(-2)  # [N,P,K*K]
-            pairs = outer.shape[0] * outer.shape[1]
-            if constrained:
+            pairs = rows * s1.shape[1]
+            outer = (chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]).reshape(pairs, k * k)
+            if gold is not None:
                 outer_programs = self.compose(chart.programs[i, s1][..., :, None],
-                                              chart.programs[s2, j][..., None, :]).flatten(-2)
-                outer = outer.masked_fill(outer_programs < 0, float("-inf"))
-                outer = _best_per_program(outer.reshape(pairs, -1), outer_programs.reshape(pairs, -1)).view_as(outer)
+                                              chart.programs[s2, j][..., None, :]).reshape(pairs, k * k)
+                outer = _best_per_program(np.where(outer_programs < 0, NEG_INF, outer), outer_programs)
             if self.distinct_scores:  # equal outer pairs make equal derivations: the K best must differ
-                outer = _first_of_each_score(outer.reshape(pairs, -1)).view_as(outer)
-            best_outer = outer.topk(k, dim=-1)  # [N, P, K]
-            outer_ks = best_outer.indices
-            ternary_scores = best_outer.values[..., :, None] + chart.scores[s1, s2][..., None, :] \
-                + join[:, None, None, None]
+                outer = _first_of_each_score(outer)
+            best_outer, outer_ks = _top_k(outer, k)  # [N * P, K]
+            chart.outer[length] = outer_ks.reshape(rows, -1, k)
+            ternary_scores = best_outer.reshape(rows, -1, k)[..., :, None] + chart.scores[s1, s2][..., None, :] \
+                + join[..., None]
             if self.prune_ternary:
-                ternary_scores = ternary_scores.masked_fill(ternary_scores < 0, float("-inf"))
-            scores.append(ternary_scores)
-            if constrained:
-                programs.append(self.compose(outer_programs.gather(-1, best_outer.indices)[..., :, None],
-                                             chart.programs[s1, s2][..., None, :]))
-        rows = len(starts)
-        flat = torch.cat([s.reshape(rows, -1) for s in scores], dim=1)
-        key = (chart.n, length, k, self.ternary, root)
-        if constrained or chart.n > CACHED_LENGTH:
-            back = _build_back_table(*key, outer_ks)
-        else:
-            back = _cached_back_table(*key)
-            if outer_ks is not None:  # the ternary candidates come last: their outer pairs' k's
-                back, outer = back.clone(), outer_ks[..., :, None].expand(-1, -1, -1, k).reshape(rows, -1)
-                back[:, -outer.shape[1]:, 3], back[:, -outer.shape[1]:, 5] = outer // k, outer % k
-        if not constrained:
-            return flat, back, None
-        flat_programs = torch.cat([p.reshape(rows, -1) for p in programs], dim=1)
-        # a derivation whose sub-programs do not compose is no derivation
-        return flat.masked_fill(flat_programs < 0, float("-inf")), back, flat_programs
+                ternary_scores = np.where(ternary_scores < 0, NEG_INF, ternary_scores)
+            add(TERNARY, ternary_scores, None if gold is None else self.compose(
+                np.take_along_axis(outer_programs, outer_ks, 1).reshape(rows, -1, k)[..., :, None],
+                chart.programs[s1, s2][..., None, :]))
+        return blocks

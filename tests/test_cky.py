@@ -2,6 +2,7 @@
 import itertools
 from functools import lru_cache
 
+import numpy as np
 import pytest
 import torch
 
@@ -144,7 +145,7 @@ def test_function_words_and_ternary_pruning_equal_brute_force(positions, prune_t
     for i, j in itertools.combinations(range(n + 1), 2):
         expected = kept(j_trees(i, j))
         assert chart.scores[i, j, :len(expected)].tolist() == pytest.approx(expected, abs=1e-5)
-        assert not torch.isfinite(chart.scores[i, j, len(expected):]).any()
+        assert not np.isfinite(chart.scores[i, j, len(expected):]).any()
     found = list(itertools.islice(chart.trees(), k))
     assert [score for score, _, _ in found] == pytest.approx(kept(root), abs=1e-5)
     for _, tree, _ in found:
