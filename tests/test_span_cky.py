@@ -141,14 +141,21 @@ def test_entities_of_one_kind_share_a_score_and_the_lexicon_picks_the_one_named(
     assert torch.equal(untied.row_scores(scores), scores)
 
 
-def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_path, monkeypatch):
+def speed_benchmark():
     import importlib.util
 
-    from conftest import DATA_ROOT, REPO
+    from conftest import REPO
 
     spec = importlib.util.spec_from_file_location("span_cky_speed", REPO / "benchmarks" / "span_cky_speed.py")
     span_cky_speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(span_cky_speed)
+    return span_cky_speed
+
+
+def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_path, monkeypatch):
+    from conftest import DATA_ROOT
+
+    span_cky_speed = speed_benchmark()
     checkpoint = tmp_path / "runs" / "span_cky-default" / "no_such_dataset" / "seed1" / "checkpoints" / "best.ckpt"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"")  # loading it would fail
@@ -163,6 +170,38 @@ def test_speed_benchmark_says_a_wrong_dataset_before_loading_the_checkpoint(tmp_
     monkeypatch.setenv("ZOO_DATA", str(tmp_path))
     with pytest.raises(SystemExit, match=r"^error: dataset 'scan_simple' is missing"):
         span_cky_speed.main([str(checkpoint), "--data", "scan_simple"])
+
+
+@needs_mirror
+def test_speed_benchmark_times_models_cky_of_a_git_revision_against_the_checkouts(tmp_path, capsys):
+    import csv
+
+    from conftest import REPO
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: --against reads models/cky.py from git")
+    span_cky_speed = speed_benchmark()
+    examples = read_splits("geo_funql_iid")["train"][:16]
+    featurizer = SpanFeaturizer("funql").fit(examples)
+    torch.manual_seed(0)
+    model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1).eval()
+    checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    model.on_save_checkpoint(checkpoint)
+    torch.save(checkpoint, tmp_path / "best.ckpt")
+    out, threads = tmp_path / "speed.csv", torch.get_num_threads()
+    try:
+        span_cky_speed.main([str(tmp_path / "best.ckpt"), "--data", "geo_funql_iid", "--sentences", "6",
+                             "--lengths", "3", "13", "--repeats", "2", "--against", "HEAD", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)  # --against runs one thread
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [row["length"] for row in rows if row["source"] == "synthetic"] == ["3", "13", "all"]
+    for row in rows:  # the old version's times beside the new's, and the same best trees
+        assert row["against"] == "HEAD" and float(row["old_chart_ms_mean"]) > 0 and float(row["chart_speedup"]) > 0
+        assert row["best_score_mismatches"] == "0"
+    assert rows[-1]["sentences"] == "4" and int(next(r for r in rows if r["length"] == "all")["sentences"]) == 6
+    assert "every best tree scores the same with models/cky.py at HEAD and now" in capsys.readouterr().out
 
 
 def test_the_lexicon_switch_loads_the_authors_lexicon_or_ours():
