@@ -24,6 +24,14 @@ triple) are one array, and a top-k merges them; the only Python loop is over spa
 candidate built from its children's K best, in descending order, so the caller can return the best tree whose
 program is valid (``Chart.trees``); K-best is exact for the K best trees, since a tree's score adds its children's.
 
+The children's K best come sorted, so the K best of a span need only the child combinations whose ranks ``(a, b)``
+have ``(a+1)(b+1) <= K``, and for the ternary rule ``(a+1)(b+1)(c+1) <= K``: any other combination scores no higher
+than each of the ``(a+1)(b+1) > K`` combinations of ranks at most its own. For K = 5 that is 10 of the 25 child
+pairs of a split and 16 of the 125 triples of a split pair, with no sort inside the ternary rule (``_ranks``). It
+holds while a span's list is its plain K best: keeping the best derivation of each sub-program (hard-EM) or of each
+score (``distinct_scores``) breaks it, and those take every pair and, for the ternary rule, the K best outer pairs
+times the K middles; so does the whole utterance's span, whose candidates are the root's.
+
 The chart is numpy arrays and the arithmetic numpy: a short utterance's chart is some thirty small array operations
 per span length, and numpy's fixed cost per operation is a few times below torch's (torch does only the top-k's, where
 its kernel is the faster one). A chart entry keeps the index of its candidate among its span's, read back into a back
@@ -35,6 +43,8 @@ sub-programs (``Composition``), so it too is an array gather.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -277,13 +287,13 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
         chart.choice[layout.starts, layout.ends, :kept] = indices
         if programs is not None:
             chart.programs[layout.starts, layout.ends, :kept] = np.take_along_axis(programs, indices, 1)
-        chart.plans[length] = _plan(n, length, k, ternary, root=False)
+        chart.plans[length] = builder.plan(length)
     scores, programs = _merged(candidates)
     if gold is not None:  # at the root only the gold program itself is right
         scores = np.where(programs == gold.gold, scores, NEG_INF)
     if distinct_scores:
         scores = _first_of_each_score(scores)
-    chart.root_plan = _plan(n, n, k, ternary, root=True)
+    chart.root_plan = builder.plan(n, root=True)
     chart.root_candidates = scores[0]
     chart.root_candidate_programs = programs[0] if programs is not None else np.full(scores.shape[1], NONE)
     return chart
@@ -356,21 +366,35 @@ def _layout(n: int, length: int) -> _Layout:
     return layout
 
 
+@lru_cache(maxsize=None)
+def _ranks(k: int, children: int) -> np.ndarray:
+    """[X, children] the rank tuples ``(a, b[, c])`` with ``(a+1)(b+1)[(c+1)] <= k``, in lexicographic order: the only
+    child combinations that can make a span's K best, their children's lists being sorted (module docstring)."""
+    ranks = [r for r in itertools.product(range(k), repeat=children) if math.prod(rank + 1 for rank in r) <= k]
+    return np.array(ranks, dtype=np.int64).reshape(-1, children)
+
+
 class _Plan:
     """Where each candidate of ``_Candidates`` over the spans of one length sits in a span's row of candidates, in
-    rule order: T (K), T φ (K per split), J J (K x K per split), at the root φ J (K per split), and J J J (K outer
-    pairs x K middles per split pair). ``read`` turns a candidate's index into its back pointer."""
+    rule order: T (K), T φ (K per split), J J (the child rank pairs per split), at the root φ J (K per split), and
+    J J J (per split pair, K outer pairs x K middles, or when ``sparse`` the rank triples of ``_ranks``). The pairs
+    are every K x K, or when ``sparse`` those of ``_ranks``. ``read`` turns a candidate's index into its back
+    pointer."""
 
-    def __init__(self, n: int, length: int, k: int, ternary: bool, root: bool):
-        self.k, self.layout = k, _layout(n, length)
+    def __init__(self, n: int, length: int, k: int, ternary: bool, root: bool, sparse: bool):
+        self.k, self.layout, self.sparse = k, _layout(n, length), sparse
+        # (left k, right k) of J J's candidates, and (left k, middle k, right k) of sparse J J J's
+        self.pairs = _ranks(k, 2) if sparse else np.stack(np.divmod(np.arange(k * k), k), axis=1)
+        self.triples = _ranks(k, 3) if sparse else None
+        self.pair_list, self.triple_list = self.pairs.tolist(), None if self.triples is None else self.triples.tolist()
         splits = length - 1
         self.blocks = [(TERM, k)]  # (rule, candidates per span)
         if length >= 2:
-            self.blocks += [(ABSORB, splits * k), (BINARY, splits * k * k)]
+            self.blocks += [(ABSORB, splits * k), (BINARY, splits * len(self.pairs))]
             if root:
                 self.blocks.append((LEADING_PHI, splits * k))
         if ternary and length >= 3:
-            self.blocks.append((TERNARY, self.layout.first.shape[1] * k * k))
+            self.blocks.append((TERNARY, self.layout.first.shape[1] * (len(self.triples) if sparse else k * k)))
 
     def read(self, index: int, start: int, outer: np.ndarray | None) -> BackPointer:
         """The back pointer of candidate ``index`` of the span starting at ``start`` (its row in the layout);
@@ -386,14 +410,19 @@ class _Plan:
             split, kl = divmod(index, k)
             return ABSORB, start + 1 + split, 0, kl, 0, 0
         if rule == BINARY:
-            split, pair = divmod(index, k * k)
-            return BINARY, start + 1 + split, 0, pair // k, 0, pair % k
+            split, pair = divmod(index, len(self.pair_list))
+            kl, kr = self.pair_list[pair]
+            return BINARY, start + 1 + split, 0, kl, 0, kr
         if rule == LEADING_PHI:
             split, kr = divmod(index, k)
             return LEADING_PHI, start + 1 + split, 0, 0, 0, kr
-        pair, rest = divmod(index, k * k)
-        rank, km = divmod(rest, k)
-        kl, kr = divmod(int(outer[start, pair, rank]), k)
+        if self.sparse:
+            pair, triple = divmod(index, len(self.triple_list))
+            kl, km, kr = self.triple_list[triple]
+        else:
+            pair, rest = divmod(index, k * k)
+            rank, km = divmod(rest, k)
+            kl, kr = divmod(int(outer[start, pair, rank]), k)
         return TERNARY, int(self.layout.first[start, pair]), int(self.layout.second[start, pair]), kl, km, kr
 
 
@@ -428,6 +457,14 @@ class _Candidates:
         self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
         self.ternary, self.gold = ternary, gold
         self.prune_ternary, self.distinct_scores, self.phi_scores = prune_ternary, distinct_scores, phi_scores
+        # only the child ranks that can make the K best (module docstring), while the K kept are the plain K best
+        self.sparse = gold is None and not distinct_scores
+
+    def plan(self, length: int, root: bool = False) -> _Plan:
+        """The candidates over spans of ``length`` words: sparse but at the whole utterance, whose candidates the
+        root keeps every one of (as many as its children's K best make), for the search past its K best trees."""
+        n = self.chart.n
+        return _plan(n, length, self.chart.k, self.ternary, root, self.sparse and length < n)
 
     def compose(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
@@ -435,7 +472,8 @@ class _Candidates:
 
     def __call__(self, length: int, root: bool = False) -> list[_Block]:
         chart, k, gold = self.chart, self.chart.k, self.gold
-        starts, ends, i, j, splits, s1, s2 = _layout(chart.n, length)
+        plan = self.plan(length, root)
+        starts, ends, i, j, splits, s1, s2 = plan.layout
         rows = len(starts)
         join = self.join_scores[starts, ends][:, None, None]  # [N, 1, 1]
         blocks = []
@@ -454,15 +492,26 @@ class _Candidates:
                 None if gold is None else gold.constant[chart.constants[i, splits]])
             # J := J J
             left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
-            add(BINARY, left[..., :, None] + right[..., None, :] + join[..., None],
-                None if gold is None else self.compose(chart.programs[i, splits][..., :, None],
-                                                       chart.programs[splits, j][..., None, :]))
+            if plan.sparse:
+                add(BINARY, left[..., plan.pairs[:, 0]] + right[..., plan.pairs[:, 1]] + join)
+            else:
+                add(BINARY, left[..., :, None] + right[..., None, :] + join[..., None],
+                    None if gold is None else self.compose(chart.programs[i, splits][..., :, None],
+                                                           chart.programs[splits, j][..., None, :]))
             if root:
                 # S := φ J
                 leading = right + join
                 add(LEADING_PHI, leading if self.phi_scores is None else leading + self.phi_scores[i, splits][..., None],
                     None if gold is None else chart.programs[splits, j])
-        if self.ternary and length >= 3:
+        if self.ternary and length >= 3 and plan.sparse:
+            # J := J J J over the rank triples that can make the K best (the outer pair's sum first, as below)
+            left, right, middle = chart.scores[i, s1], chart.scores[s2, j], chart.scores[s1, s2]  # [N, P, K]
+            ternary_scores = left[..., plan.triples[:, 0]] + right[..., plan.triples[:, 2]] \
+                + middle[..., plan.triples[:, 1]] + join
+            if self.prune_ternary:  # a triple left out that scores >= 0 has its lower-rank triples >= 0 too
+                ternary_scores = np.where(ternary_scores < 0, NEG_INF, ternary_scores)
+            add(TERNARY, ternary_scores)
+        elif self.ternary and length >= 3:
             # J := J J J; the outer spans compose first, then the result with the middle (§3.4). A tree's score
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
