@@ -258,21 +258,27 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
         raise ValueError("an utterance needs at least one token")
     gold = None if composition is None else _Gold.of(composition)
     chart = Chart(n, k)
-    # T's K best constants of every span: one torch.topk over Σ, where torch's kernel is faster than numpy's
+    # T's K best constants of every span i < j: one torch.topk over Σ, where torch's kernel is faster than numpy's.
+    # From here on a span's arrays are rows of [(n+1)^2, ...], indexed by span id i * (n+1) + j (_Layout).
+    spans, span_tensor = _spans(n)
     constant_scores = torch.as_tensor(constant_scores).detach().float().cpu()
     if gold is not None:  # hard-EM: only the gold program's constants
         constant_scores = constant_scores[..., torch.from_numpy(gold.allowed)]
     width = min(k, constant_scores.shape[-1])
-    best, best_constants = constant_scores.topk(width, dim=-1)
-    terminal_scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32)
-    terminal_scores[..., :width] = best.numpy()
-    chart.constants[..., :width] = best_constants.numpy() if gold is None else gold.allowed[best_constants.numpy()]
+    best, best_constants = constant_scores.reshape((n + 1) ** 2, -1)[span_tensor].topk(width, dim=-1)
+    terminal_scores = np.full(((n + 1) ** 2, k), NEG_INF, dtype=np.float32)
+    terminal_scores[spans, :width] = best.numpy()
+    best_constants = best_constants.numpy()
+    chart.constants.reshape(-1, k)[spans, :width] = best_constants if gold is None else gold.allowed[best_constants]
     if barred is not None:  # no constant on these spans: every one of their constants is -inf
-        terminal_scores[_numpy(barred, bool)] = NEG_INF
+        terminal_scores[_numpy(barred, bool).reshape(-1)] = NEG_INF
     # what a φ span adds to a derivation: 0 (φ is the shifted scores' zero), -inf where it may not be
-    phi_scores = None if meaningful is None else np.where(_numpy(meaningful, bool), NEG_INF, np.float32(0))
-    builder = _Candidates(chart, terminal_scores, _numpy(join_scores), ternary, gold, prune_ternary, distinct_scores,
-                          phi_scores)
+    phi_scores = None if meaningful is None else np.where(_numpy(meaningful, bool).reshape(-1), NEG_INF,
+                                                          np.float32(0))
+    builder = _Candidates(chart, terminal_scores, _numpy(join_scores).reshape(-1), ternary, gold, prune_ternary,
+                          distinct_scores, phi_scores)
+    chart_scores, chart_choice, chart_programs = (a.reshape(-1, k) for a in (chart.scores, chart.choice,
+                                                                                chart.programs))
     for length in range(1, n + 1):
         # the whole utterance's candidates are the root's too, less S := φ J
         candidates = builder(length, root=length == n)
@@ -282,11 +288,11 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
         if distinct_scores:
             scores = _first_of_each_score(scores)
         values, indices = _top_k(scores, min(k, scores.shape[1]))
-        layout, kept = _layout(n, length), values.shape[1]
-        chart.scores[layout.starts, layout.ends, :kept] = values
-        chart.choice[layout.starts, layout.ends, :kept] = indices
+        span, kept = _layout(n, length).span, values.shape[1]
+        chart_scores[span, :kept] = values
+        chart_choice[span, :kept] = indices
         if programs is not None:
-            chart.programs[layout.starts, layout.ends, :kept] = np.take_along_axis(programs, indices, 1)
+            chart_programs[span, :kept] = np.take_along_axis(programs, indices, 1)
         chart.plans[length] = builder.plan(length)
     scores, programs = _merged(candidates)
     if gold is not None:  # at the root only the gold program itself is right
@@ -341,26 +347,41 @@ def spans_holding(positions: list[int], n: int) -> np.ndarray | None:
     return (before[None, :] - before[:, None]) > 0
 
 
-class _Layout(NamedTuple):
-    """The index arrays of the spans of ``length`` words of an utterance of n: their starts and ends [N] (and as
-    columns [N, 1], to broadcast), split points [N, L-1], and the two split points of each ternary split pair [N, P]."""
+@lru_cache(maxsize=64)
+def _spans(n: int) -> tuple[np.ndarray, torch.Tensor]:
+    """The ids ``i * (n+1) + j`` of every span ``i < j`` of an utterance of n words, as an array and a tensor."""
+    starts, ends = np.triu_indices(n + 1, 1)
+    spans = starts * (n + 1) + ends
+    return spans, torch.from_numpy(spans)
 
-    starts: np.ndarray
-    ends: np.ndarray
-    i: np.ndarray
-    j: np.ndarray
-    splits: np.ndarray
+
+class _Layout(NamedTuple):
+    """The spans of ``length`` words of an utterance of n and their parts, as span ids ``i * (n+1) + j``: a chart
+    array seen as [(n+1)^2, ...] gives a part's rows in one gather (indexing by start and end arrays costs about
+    twice as much). The row of a span in the layout is its start i, for N spans: [N] the spans; [N, L-1] their left
+    ``(i, s)`` and right ``(s, j)`` parts at every split s; [N, P] at every ternary split pair ``s1 < s2`` the outer
+    left ``(i, s1)``, outer right ``(s2, j)`` and middle ``(s1, s2)`` parts, and the split points themselves."""
+
+    span: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    outer_left: np.ndarray
+    outer_right: np.ndarray
+    middle: np.ndarray
     first: np.ndarray
     second: np.ndarray
 
 
 @lru_cache(maxsize=4096)
 def _layout(n: int, length: int) -> _Layout:
-    starts = np.arange(n - length + 1)
+    i = np.arange(n - length + 1)[:, None]
+    j = i + length
+    splits = i + np.arange(1, length)[None, :]
     pairs = np.triu_indices(max(length - 1, 0), 1)  # 1 <= d1 < d2 <= L-1, less one
-    layout = _Layout(starts, starts + length, starts[:, None], starts[:, None] + length,
-                     starts[:, None] + np.arange(1, length)[None, :],
-                     starts[:, None] + pairs[0][None, :] + 1, starts[:, None] + pairs[1][None, :] + 1)
+    s1, s2 = i + pairs[0][None, :] + 1, i + pairs[1][None, :] + 1
+    width = n + 1
+    layout = _Layout((i * width + j)[:, 0], i * width + splits, splits * width + j, i * width + s1, s2 * width + j,
+                     s1 * width + s2, s1, s2)
     for array in layout:  # shared by every call: read-only
         array.flags.writeable = False
     return layout
@@ -449,7 +470,8 @@ def _merged(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray | None]:
 
 class _Candidates:
     """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, one ``_Block`` per rule in the
-    order of ``_Plan``: scores [N, X] and Composition ids [N, X] (None without a Composition)."""
+    order of ``_Plan``: scores [N, X] and Composition ids [N, X] (None without a Composition). The terminals'
+    K best [(n+1)^2, K], the join scores and φ's [(n+1)^2] are indexed by span id (``_Layout``)."""
 
     def __init__(self, chart: Chart, terminal_scores: np.ndarray, join_scores: np.ndarray, ternary: bool,
                  gold: _Gold | None, prune_ternary: bool = False, distinct_scores: bool = False,
@@ -473,9 +495,12 @@ class _Candidates:
     def __call__(self, length: int, root: bool = False) -> list[_Block]:
         chart, k, gold = self.chart, self.chart.k, self.gold
         plan = self.plan(length, root)
-        starts, ends, i, j, splits, s1, s2 = plan.layout
-        rows = len(starts)
-        join = self.join_scores[starts, ends][:, None, None]  # [N, 1, 1]
+        span, left_part, right_part, outer_left, outer_right, middle_part = plan.layout[:6]
+        rows = len(span)
+        # the chart's arrays by span id (views), and the terminals' and join's already so
+        scores, constants, programs = (a.reshape(-1, k) for a in (chart.scores, chart.constants, chart.programs))
+        terminal, phi = self.terminal_scores, self.phi_scores
+        join = self.join_scores[span][:, None, None]  # [N, 1, 1]
         blocks = []
 
         def add(rule: int, scores: np.ndarray, programs: np.ndarray | None = None) -> None:
@@ -483,29 +508,28 @@ class _Candidates:
                                  programs.reshape(rows, -1)))
 
         # J := T
-        add(TERM, self.terminal_scores[starts, ends],
-            None if gold is None else gold.constant[chart.constants[starts, ends]])
+        add(TERM, terminal[span], None if gold is None else gold.constant[constants[span]])
         if length >= 2:
             # J := T φ
-            absorb = self.terminal_scores[i, splits] + join
-            add(ABSORB, absorb if self.phi_scores is None else absorb + self.phi_scores[splits, j][..., None],
-                None if gold is None else gold.constant[chart.constants[i, splits]])
+            absorb = terminal[left_part] + join
+            add(ABSORB, absorb if phi is None else absorb + phi[right_part][..., None],
+                None if gold is None else gold.constant[constants[left_part]])
             # J := J J
-            left, right = chart.scores[i, splits], chart.scores[splits, j]  # [N, L-1, K]
+            left, right = scores[left_part], scores[right_part]  # [N, L-1, K]
             if plan.sparse:
                 add(BINARY, left[..., plan.pairs[:, 0]] + right[..., plan.pairs[:, 1]] + join)
             else:
                 add(BINARY, left[..., :, None] + right[..., None, :] + join[..., None],
-                    None if gold is None else self.compose(chart.programs[i, splits][..., :, None],
-                                                           chart.programs[splits, j][..., None, :]))
+                    None if gold is None else self.compose(programs[left_part][..., :, None],
+                                                           programs[right_part][..., None, :]))
             if root:
                 # S := φ J
                 leading = right + join
-                add(LEADING_PHI, leading if self.phi_scores is None else leading + self.phi_scores[i, splits][..., None],
-                    None if gold is None else chart.programs[splits, j])
+                add(LEADING_PHI, leading if phi is None else leading + phi[left_part][..., None],
+                    None if gold is None else programs[right_part])
         if self.ternary and length >= 3 and plan.sparse:
             # J := J J J over the rank triples that can make the K best (the outer pair's sum first, as below)
-            left, right, middle = chart.scores[i, s1], chart.scores[s2, j], chart.scores[s1, s2]  # [N, P, K]
+            left, right, middle = scores[outer_left], scores[outer_right], scores[middle_part]  # [N, P, K]
             ternary_scores = left[..., plan.triples[:, 0]] + right[..., plan.triples[:, 2]] \
                 + middle[..., plan.triples[:, 1]] + join
             if self.prune_ternary:  # a triple left out that scores >= 0 has its lower-rank triples >= 0 too
@@ -516,21 +540,21 @@ class _Candidates:
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
             # sub-programs, since only a pair's sub-program decides what it composes with.
-            pairs = rows * s1.shape[1]
-            outer = (chart.scores[i, s1][..., :, None] + chart.scores[s2, j][..., None, :]).reshape(pairs, k * k)
+            pairs = outer_left.size
+            outer = (scores[outer_left][..., :, None] + scores[outer_right][..., None, :]).reshape(pairs, k * k)
             if gold is not None:
-                outer_programs = self.compose(chart.programs[i, s1][..., :, None],
-                                              chart.programs[s2, j][..., None, :]).reshape(pairs, k * k)
+                outer_programs = self.compose(programs[outer_left][..., :, None],
+                                              programs[outer_right][..., None, :]).reshape(pairs, k * k)
                 outer = _best_per_program(np.where(outer_programs < 0, NEG_INF, outer), outer_programs)
             if self.distinct_scores:  # equal outer pairs make equal derivations: the K best must differ
                 outer = _first_of_each_score(outer)
             best_outer, outer_ks = _top_k(outer, k)  # [N * P, K]
             chart.outer[length] = outer_ks.reshape(rows, -1, k)
-            ternary_scores = best_outer.reshape(rows, -1, k)[..., :, None] + chart.scores[s1, s2][..., None, :] \
+            ternary_scores = best_outer.reshape(rows, -1, k)[..., :, None] + scores[middle_part][..., None, :] \
                 + join[..., None]
             if self.prune_ternary:
                 ternary_scores = np.where(ternary_scores < 0, NEG_INF, ternary_scores)
             add(TERNARY, ternary_scores, None if gold is None else self.compose(
                 np.take_along_axis(outer_programs, outer_ks, 1).reshape(rows, -1, k)[..., :, None],
-                chart.programs[s1, s2][..., None, :]))
+                programs[middle_part][..., None, :]))
         return blocks
