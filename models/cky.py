@@ -32,10 +32,12 @@ holds while a span's list is its plain K best: keeping the best derivation of ea
 score (``distinct_scores``) breaks it, and those take every pair and, for the ternary rule, the K best outer pairs
 times the K middles; so does the whole utterance's span, whose candidates are the root's.
 
-The chart is numpy arrays and the arithmetic numpy: a short utterance's chart is some thirty small array operations
-per span length, and numpy's fixed cost per operation is a few times below torch's (torch does only the top-k's, where
-its kernel is the faster one). A chart entry keeps the index of its candidate among its span's, read back into a back
-pointer only when a tree is built (``_Plan.read``).
+The chart is numpy arrays and the arithmetic numpy: a short utterance's chart is a few small array operations per
+span length, where the fixed cost of each operation dominates, and numpy's is a few times below torch's (torch does
+only the top-k's, where its kernel is the faster one). Up to ``CACHED_LENGTH`` words, the candidates of a length are
+built in one gather of their terms from a single array of every score (``_sums``, indices kept between calls) and
+three additions, instead of some thirty operations rule by rule (``_Candidates``). A chart entry keeps the index of
+its candidate among its span's, read back into a back pointer only when a tree is built (``_Plan.read``).
 
 Hard-EM (§3.3) prunes the chart with the gold program: constants outside it are -inf, and two nodes compose only if
 their sub-programs compose within the gold program. That second test is a lookup table over the gold program's
@@ -98,9 +100,9 @@ class Chart:
     turns it into a back pointer (rule, split1, split2, left k, middle k, right k) when a tree asks for it, so parsing
     gathers one index per entry instead of six columns, and a search reads only the entries its trees visit."""
 
-    def __init__(self, n: int, k: int):
+    def __init__(self, n: int, k: int, scores: np.ndarray | None = None):
         self.n, self.k = n, k
-        self.scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32)
+        self.scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32) if scores is None else scores
         self.choice = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # candidate index, read by plans[length]
         self.programs = np.full((n + 1, n + 1, k), NONE, dtype=np.int64)  # Composition ids (hard-EM only)
         self.constants = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # T: the k-th best constant of a span
@@ -257,7 +259,8 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
     if n < 1:
         raise ValueError("an utterance needs at least one token")
     gold = None if composition is None else _Gold.of(composition)
-    chart = Chart(n, k)
+    values = _Values(n, k)  # every score a derivation adds up in one array, the chart's among them
+    chart = Chart(n, k, values.scores.reshape(n + 1, n + 1, k))
     # T's K best constants of every span i < j: one torch.topk over Σ, where torch's kernel is faster than numpy's.
     # From here on a span's arrays are rows of [(n+1)^2, ...], indexed by span id i * (n+1) + j (_Layout).
     spans, span_tensor = _spans(n)
@@ -266,33 +269,33 @@ def parse(constant_scores: torch.Tensor, join_scores: torch.Tensor, k: int = 5, 
         constant_scores = constant_scores[..., torch.from_numpy(gold.allowed)]
     width = min(k, constant_scores.shape[-1])
     best, best_constants = constant_scores.reshape((n + 1) ** 2, -1)[span_tensor].topk(width, dim=-1)
-    terminal_scores = np.full(((n + 1) ** 2, k), NEG_INF, dtype=np.float32)
-    terminal_scores[spans, :width] = best.numpy()
+    values.terminal[spans, :width] = best.numpy()
     best_constants = best_constants.numpy()
     chart.constants.reshape(-1, k)[spans, :width] = best_constants if gold is None else gold.allowed[best_constants]
     if barred is not None:  # no constant on these spans: every one of their constants is -inf
-        terminal_scores[_numpy(barred, bool).reshape(-1)] = NEG_INF
-    # what a φ span adds to a derivation: 0 (φ is the shifted scores' zero), -inf where it may not be
-    phi_scores = None if meaningful is None else np.where(_numpy(meaningful, bool).reshape(-1), NEG_INF,
-                                                          np.float32(0))
-    builder = _Candidates(chart, terminal_scores, _numpy(join_scores).reshape(-1), ternary, gold, prune_ternary,
-                          distinct_scores, phi_scores)
+        values.terminal[_numpy(barred, bool).reshape(-1)] = NEG_INF
+    values.join[:] = _numpy(join_scores).reshape(-1)
+    if meaningful is not None:  # what a φ span adds to a derivation: 0 (the shifted scores' zero), -inf here
+        values.phi[_numpy(meaningful, bool).reshape(-1)] = NEG_INF
+    builder = _Candidates(chart, values, ternary, gold, prune_ternary, distinct_scores, meaningful is not None)
     chart_scores, chart_choice, chart_programs = (a.reshape(-1, k) for a in (chart.scores, chart.choice,
                                                                                 chart.programs))
     for length in range(1, n + 1):
-        # the whole utterance's candidates are the root's too, less S := φ J
-        candidates = builder(length, root=length == n)
-        scores, programs = _merged([c for c in candidates if c.rule != LEADING_PHI])
+        if builder.plan(length).sparse and n <= CACHED_LENGTH:
+            scores, programs = builder.sums(length), None
+        else:  # the whole utterance's candidates are the root's too, less S := φ J
+            candidates = builder(length, root=length == n)
+            scores, programs = _merged([c for c in candidates if c.rule != LEADING_PHI])
         if gold is not None:
             scores = _best_per_program(scores, programs)
         if distinct_scores:
             scores = _first_of_each_score(scores)
-        values, indices = _top_k(scores, min(k, scores.shape[1]))
-        span, kept = _layout(n, length).span, values.shape[1]
-        chart_scores[span, :kept] = values
-        chart_choice[span, :kept] = indices
+        best_scores, best = _top_k(scores, min(k, scores.shape[1]))
+        span, kept = _layout(n, length).span, best.shape[1]
+        chart_scores[span, :kept] = best_scores
+        chart_choice[span, :kept] = best
         if programs is not None:
-            chart_programs[span, :kept] = np.take_along_axis(programs, indices, 1)
+            chart_programs[span, :kept] = np.take_along_axis(programs, best, 1)
         chart.plans[length] = builder.plan(length)
     scores, programs = _merged(candidates)
     if gold is not None:  # at the root only the gold program itself is right
@@ -387,6 +390,73 @@ def _layout(n: int, length: int) -> _Layout:
     return layout
 
 
+class _Values:
+    """Every score a derivation adds up, in one array: the chart's K best of J [(n+1)^2 * K] (by span id, as
+    ``_Layout``), T's K best [(n+1)^2 * K], the join scores [(n+1)^2], what φ adds [(n+1)^2] (0, or -inf where no φ
+    may be) and a 0, so that ``_sums`` builds a sparse length's candidates with one gather."""
+
+    def __init__(self, n: int, k: int):
+        size = (n + 1) ** 2
+        self.offsets = _offsets(n, k)
+        self.array = np.zeros(self.offsets.zero + 1, dtype=np.float32)
+        scores, terminal, join, phi, zero = self.offsets
+        self.scores, self.terminal = self.array[:terminal].reshape(size, k), self.array[terminal:join].reshape(size, k)
+        self.join, self.phi = self.array[join:phi], self.array[phi:zero]
+        self.scores[:] = self.terminal[:] = NEG_INF
+
+
+class _Offsets(NamedTuple):
+    """Where each part of a ``_Values`` array starts."""
+
+    scores: int
+    terminal: int
+    join: int
+    phi: int
+    zero: int
+
+
+def _offsets(n: int, k: int) -> _Offsets:
+    size = (n + 1) ** 2
+    return _Offsets(0, size * k, 2 * size * k, 2 * size * k + size, 2 * size * k + 2 * size)
+
+
+# Utterances up to this long build the candidates of their sparse lengths with ``_sums``, whose indices are kept
+# between calls (17 MB for every length up to 20 at K = 5): one gather and three additions per length instead of
+# some thirty array operations, 1.5 times faster at 6 to 12 words and still 1.3 times at 20. Longer utterances take
+# ``_Candidates``' blocks, rule by rule: building their indices at each call costs more than it saves, and keeping
+# them would take memory (some 20 million indices at 50 words).
+CACHED_LENGTH = 20
+
+
+@lru_cache(maxsize=None)
+def _sums(n: int, length: int, k: int, ternary: bool) -> np.ndarray:
+    """[4, N, X] indices into a ``_Values`` array of the four terms of every candidate of a sparse ``_Plan`` over
+    the spans of ``length`` words, in its order: a candidate's score is ``((a + b) + c) + d``, the same additions
+    in the same order as ``_Candidates``' blocks (a missing term is the 0 at ``zero``). J := T is T's k-th best;
+    J := T φ that plus join plus φ; J := J J left plus right plus join; J := J J J outer left plus outer right plus
+    middle plus join."""
+    layout, offsets, columns = _layout(n, length), _offsets(n, k), []
+    span, ks = layout.span[:, None, None], np.arange(k)
+
+    def rule(*terms) -> None:  # [N, parts, ranks] each, broadcast; the candidates of one rule
+        terms = np.broadcast_arrays(*terms, offsets.zero, offsets.zero, offsets.zero)[:4]
+        columns.append(np.stack(terms).reshape(4, len(layout.span), -1))
+
+    rule(offsets.terminal + span * k + ks)
+    if length >= 2:
+        left, right, pairs = layout.left[..., None], layout.right[..., None], _ranks(k, 2)
+        rule(offsets.terminal + left * k + ks, offsets.join + span, offsets.phi + right)
+        rule(offsets.scores + left * k + pairs[:, 0], offsets.scores + right * k + pairs[:, 1], offsets.join + span)
+    if ternary and length >= 3:
+        triples = _ranks(k, 3)  # (left, middle, right)
+        rule(offsets.scores + layout.outer_left[..., None] * k + triples[:, 0],
+             offsets.scores + layout.outer_right[..., None] * k + triples[:, 2],
+             offsets.scores + layout.middle[..., None] * k + triples[:, 1], offsets.join + span)
+    sums = np.concatenate(columns, axis=2)
+    sums.flags.writeable = False  # shared by every call
+    return sums
+
+
 @lru_cache(maxsize=None)
 def _ranks(k: int, children: int) -> np.ndarray:
     """[X, children] the rank tuples ``(a, b[, c])`` with ``(a+1)(b+1)[(c+1)] <= k``, in lexicographic order: the only
@@ -405,9 +475,8 @@ class _Plan:
     def __init__(self, n: int, length: int, k: int, ternary: bool, root: bool, sparse: bool):
         self.k, self.layout, self.sparse = k, _layout(n, length), sparse
         # (left k, right k) of J J's candidates, and (left k, middle k, right k) of sparse J J J's
-        self.pairs = _ranks(k, 2) if sparse else np.stack(np.divmod(np.arange(k * k), k), axis=1)
-        self.triples = _ranks(k, 3) if sparse else None
-        self.pair_list, self.triple_list = self.pairs.tolist(), None if self.triples is None else self.triples.tolist()
+        self.pairs = _ranks(k, 2).tolist() if sparse else [divmod(pair, k) for pair in range(k * k)]
+        self.triples = _ranks(k, 3).tolist() if sparse else None
         splits = length - 1
         self.blocks = [(TERM, k)]  # (rule, candidates per span)
         if length >= 2:
@@ -431,15 +500,15 @@ class _Plan:
             split, kl = divmod(index, k)
             return ABSORB, start + 1 + split, 0, kl, 0, 0
         if rule == BINARY:
-            split, pair = divmod(index, len(self.pair_list))
-            kl, kr = self.pair_list[pair]
+            split, pair = divmod(index, len(self.pairs))
+            kl, kr = self.pairs[pair]
             return BINARY, start + 1 + split, 0, kl, 0, kr
         if rule == LEADING_PHI:
             split, kr = divmod(index, k)
             return LEADING_PHI, start + 1 + split, 0, 0, 0, kr
         if self.sparse:
-            pair, triple = divmod(index, len(self.triple_list))
-            kl, km, kr = self.triple_list[triple]
+            pair, triple = divmod(index, len(self.triples))
+            kl, km, kr = self.triples[triple]
         else:
             pair, rest = divmod(index, k * k)
             rank, km = divmod(rest, k)
@@ -469,16 +538,15 @@ def _merged(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 class _Candidates:
-    """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, one ``_Block`` per rule in the
-    order of ``_Plan``: scores [N, X] and Composition ids [N, X] (None without a Composition). The terminals'
-    K best [(n+1)^2, K], the join scores and φ's [(n+1)^2] are indexed by span id (``_Layout``)."""
+    """Every derivation of J over spans ``(i, i + length)`` for a batch of starts i, in the order of ``_Plan``:
+    rule by rule, one ``_Block`` per rule, scores [N, X] and Composition ids [N, X] (None without a Composition); or
+    for a sparse length of a short utterance, the scores [N, X] alone (``sums``)."""
 
-    def __init__(self, chart: Chart, terminal_scores: np.ndarray, join_scores: np.ndarray, ternary: bool,
-                 gold: _Gold | None, prune_ternary: bool = False, distinct_scores: bool = False,
-                 phi_scores: np.ndarray | None = None):
-        self.chart, self.terminal_scores, self.join_scores = chart, terminal_scores, join_scores
-        self.ternary, self.gold = ternary, gold
-        self.prune_ternary, self.distinct_scores, self.phi_scores = prune_ternary, distinct_scores, phi_scores
+    def __init__(self, chart: Chart, values: _Values, ternary: bool, gold: _Gold | None, prune_ternary: bool = False,
+                 distinct_scores: bool = False, phi: bool = False):
+        self.chart, self.values, self.ternary, self.gold = chart, values, ternary, gold
+        self.phi_scores = values.phi if phi else None  # None: φ adds 0 everywhere
+        self.prune_ternary, self.distinct_scores = prune_ternary, distinct_scores
         # only the child ranks that can make the K best (module docstring), while the K kept are the plain K best
         self.sparse = gold is None and not distinct_scores
 
@@ -487,6 +555,19 @@ class _Candidates:
         root keeps every one of (as many as its children's K best make), for the search past its K best trees."""
         n = self.chart.n
         return _plan(n, length, self.chart.k, self.ternary, root, self.sparse and length < n)
+
+    def sums(self, length: int) -> np.ndarray:
+        """The candidates' scores [N, X] of a sparse length (``_sums``): some five array operations instead of the
+        blocks' thirty, the same additions in the same order."""
+        chart, plan = self.chart, self.plan(length)
+        terms = self.values.array[_sums(chart.n, length, chart.k, self.ternary)]
+        scores = terms[0] + terms[1]
+        scores += terms[2]
+        scores += terms[3]
+        if self.prune_ternary and plan.blocks[-1][0] == TERNARY:
+            ternary = scores[:, -plan.blocks[-1][1]:]  # the ternary candidates come last
+            ternary[ternary < 0] = NEG_INF
+        return scores
 
     def compose(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Composition ids of a with b (broadcast), NONE where either is NONE or they do not compose."""
@@ -497,10 +578,10 @@ class _Candidates:
         plan = self.plan(length, root)
         span, left_part, right_part, outer_left, outer_right, middle_part = plan.layout[:6]
         rows = len(span)
-        # the chart's arrays by span id (views), and the terminals' and join's already so
+        # the chart's arrays by span id (views); the terminals', join's and φ's (_Values) are already so
         scores, constants, programs = (a.reshape(-1, k) for a in (chart.scores, chart.constants, chart.programs))
-        terminal, phi = self.terminal_scores, self.phi_scores
-        join = self.join_scores[span][:, None, None]  # [N, 1, 1]
+        terminal, phi = self.values.terminal, self.phi_scores
+        join = self.values.join[span][:, None, None]  # [N, 1, 1]
         blocks = []
 
         def add(rule: int, scores: np.ndarray, programs: np.ndarray | None = None) -> None:
@@ -517,7 +598,8 @@ class _Candidates:
             # J := J J
             left, right = scores[left_part], scores[right_part]  # [N, L-1, K]
             if plan.sparse:
-                add(BINARY, left[..., plan.pairs[:, 0]] + right[..., plan.pairs[:, 1]] + join)
+                pairs = _ranks(k, 2)
+                add(BINARY, left[..., pairs[:, 0]] + right[..., pairs[:, 1]] + join)
             else:
                 add(BINARY, left[..., :, None] + right[..., None, :] + join[..., None],
                     None if gold is None else self.compose(programs[left_part][..., :, None],
@@ -529,9 +611,9 @@ class _Candidates:
                     None if gold is None else programs[right_part])
         if self.ternary and length >= 3 and plan.sparse:
             # J := J J J over the rank triples that can make the K best (the outer pair's sum first, as below)
-            left, right, middle = scores[outer_left], scores[outer_right], scores[middle_part]  # [N, P, K]
-            ternary_scores = left[..., plan.triples[:, 0]] + right[..., plan.triples[:, 2]] \
-                + middle[..., plan.triples[:, 1]] + join
+            triples = _ranks(k, 3)
+            ternary_scores = scores[outer_left][..., triples[:, 0]] + scores[outer_right][..., triples[:, 2]] \
+                + scores[middle_part][..., triples[:, 1]] + join
             if self.prune_ternary:  # a triple left out that scores >= 0 has its lower-rank triples >= 0 too
                 ternary_scores = np.where(ternary_scores < 0, NEG_INF, ternary_scores)
             add(TERNARY, ternary_scores)
@@ -540,11 +622,11 @@ class _Candidates:
             # adds up, so the K best (outer pair, middle) combinations use only the K best outer pairs: K^2 work
             # per split pair instead of K^3. Under a Composition the outer pairs kept are the best of K different
             # sub-programs, since only a pair's sub-program decides what it composes with.
-            pairs = outer_left.size
-            outer = (scores[outer_left][..., :, None] + scores[outer_right][..., None, :]).reshape(pairs, k * k)
+            split_pairs = outer_left.size
+            outer = (scores[outer_left][..., :, None] + scores[outer_right][..., None, :]).reshape(split_pairs, k * k)
             if gold is not None:
                 outer_programs = self.compose(programs[outer_left][..., :, None],
-                                              programs[outer_right][..., None, :]).reshape(pairs, k * k)
+                                              programs[outer_right][..., None, :]).reshape(split_pairs, k * k)
                 outer = _best_per_program(np.where(outer_programs < 0, NEG_INF, outer), outer_programs)
             if self.distinct_scores:  # equal outer pairs make equal derivations: the K best must differ
                 outer = _first_of_each_score(outer)

@@ -155,6 +155,25 @@ def test_function_words_and_ternary_pruning_equal_brute_force(positions, prune_t
                    itertools.islice(cky.parse(constant_scores, join_scores, k=k, ternary=True).trees(), 50))
 
 
+def test_ternary_pruning_inside_the_utterance_equals_brute_force():
+    # scores low enough that ternary derivations below 0 would make the K best of spans inside the utterance, where
+    # the chart takes only the child ranks that can make them (models/cky.py): pruning must not change which
+    n, k, n_constants = 5, 4, 2
+    constant_scores, join_scores = random_scores(n, n_constants, seed=3)
+    constant_scores, join_scores = constant_scores - 1.0, join_scores - 1.0
+    chart = cky.parse(constant_scores, join_scores, k=k, ternary=True, prune_ternary=True)
+    unpruned = cky.parse(constant_scores, join_scores, k=k, ternary=True)
+    j_trees, _ = enumerate_trees(n, n_constants, ternary=True)
+    bound = 0
+    for i, j in itertools.combinations(range(n + 1), 2):
+        expected = sorted((tree_score(t, constant_scores, join_scores) for t in j_trees(i, j)
+                           if allowed(t, constant_scores, join_scores, prune_ternary=True)), reverse=True)[:k]
+        assert chart.scores[i, j, :len(expected)].tolist() == pytest.approx(expected, abs=1e-5)
+        assert not np.isfinite(chart.scores[i, j, len(expected):]).any()
+        bound += j - i < n and chart.scores[i, j].tolist() != unpruned.scores[i, j].tolist()
+    assert bound  # pruning changes some span's K best inside the utterance
+
+
 @pytest.mark.parametrize("ternary", [False, True])
 @pytest.mark.parametrize("seed", [5, 6, 7])
 def test_distinct_scores_keep_the_k_best_different_scores(ternary, seed):
@@ -211,3 +230,22 @@ def test_no_phi_over_a_named_word_equals_brute_force(positions, seed):
     for _, tree, _ in found:
         covered = {w for node in tree.nodes() if node.label >= 0 for w in range(node.start, node.end)}
         assert set(positions) <= covered  # every named word stands under a constant
+
+
+@pytest.mark.parametrize("ternary,prune_ternary", [(False, False), (True, False), (True, True)])
+def test_a_short_utterances_gathered_sums_make_the_chart_of_the_rule_blocks(monkeypatch, ternary, prune_ternary):
+    # up to CACHED_LENGTH words the sparse lengths' candidates are sums of gathered terms (_sums), past it they are
+    # built rule by rule: the two must be the same candidates, in the same order, with the same scores
+    n, k = 8, 5
+    constant_scores, join_scores = random_scores(n, 6, seed=4)
+    constant_scores, join_scores = constant_scores - 1.0, join_scores - 1.0  # pruning binds inside the utterance
+    barred, meaningful = cky.spans_holding([5], n), cky.spans_holding([2], n)
+    charts = []
+    for cached in (n, 0):
+        monkeypatch.setattr(cky, "CACHED_LENGTH", cached)
+        charts.append(cky.parse(constant_scores, join_scores, k=k, ternary=ternary, barred=barred,
+                                meaningful=meaningful, prune_ternary=prune_ternary))
+    sums, blocks = charts
+    assert np.isfinite(sums.scores[0, n]).all() and np.isneginf(sums.scores).any()
+    assert np.array_equal(sums.scores, blocks.scores) and np.array_equal(sums.choice, blocks.choice)
+    assert list(itertools.islice(sums.trees(), 50)) == list(itertools.islice(blocks.trees(), 50))
