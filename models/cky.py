@@ -26,7 +26,7 @@ program is valid (``Chart.trees``); K-best is exact for the K best trees, since 
 
 The children's K best come sorted, so the K best of a span need only the child combinations whose ranks ``(a, b)``
 have ``(a+1)(b+1) <= K``, and for the ternary rule ``(a+1)(b+1)(c+1) <= K``: any other combination scores no higher
-than each of the ``(a+1)(b+1) > K`` combinations of ranks at most its own. For K = 5 that is 10 of the 25 child
+than each of the ``(a+1)(b+1) - 1 >= K`` others whose ranks are at most its own. For K = 5 that is 10 of the 25 child
 pairs of a split and 16 of the 125 triples of a split pair, with no sort inside the ternary rule (``_ranks``). It
 holds while a span's list is its plain K best: keeping the best derivation of each sub-program (hard-EM) or of each
 score (``distinct_scores``) breaks it, and those take every pair and, for the ternary rule, the K best outer pairs
