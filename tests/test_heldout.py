@@ -92,5 +92,8 @@ def test_the_heldout_table_holds_the_settings_runs_and_nothing_else():
                          run("spanbasedsp", "geo_funql_length", 1, 0.99)])  # a test-set run: not a choice
     table = heldout_table.heldout_tables(runs)
     assert "## span_cky · minilm-l6 · heldout100" in table and "99" not in table
-    assert "| setting | geo_funql_iid | geo_funql_length |" in table
-    assert "| function_words | 80.0 (1) |  |" in table and "| spanbasedsp |  | 50.0 ± 14.1 (2) |" in table
+    assert "| setting | geo_funql_iid | geo_funql_length | mean |" in table
+    assert "| function_words | 80.0 (1) |  |  |" in table and "| spanbasedsp |  | 50.0 ± 14.1 (2) |  |" in table
+    both = heldout_table.heldout_tables(pd.concat([runs, pd.DataFrame([run("spanbasedsp-heldout100", "geo_funql_iid",
+                                                                          1, 0.7)])]))
+    assert "| spanbasedsp | 70.0 (1) | 50.0 ± 14.1 (2) | 60.0 |" in both
