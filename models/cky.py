@@ -100,9 +100,9 @@ class Chart:
     turns it into a back pointer (rule, split1, split2, left k, middle k, right k) when a tree asks for it, so parsing
     gathers one index per entry instead of six columns, and a search reads only the entries its trees visit."""
 
-    def __init__(self, n: int, k: int, scores: np.ndarray | None = None):
+    def __init__(self, n: int, k: int, scores: np.ndarray):
         self.n, self.k = n, k
-        self.scores = np.full((n + 1, n + 1, k), NEG_INF, dtype=np.float32) if scores is None else scores
+        self.scores = scores  # [n+1, n+1, K], a view of the parse's _Values (-inf until filled)
         self.choice = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # candidate index, read by plans[length]
         self.programs = np.full((n + 1, n + 1, k), NONE, dtype=np.int64)  # Composition ids (hard-EM only)
         self.constants = np.zeros((n + 1, n + 1, k), dtype=np.int64)  # T: the k-th best constant of a span
@@ -111,19 +111,6 @@ class Chart:
         self.root_plan: _Plan | None = None
         self.root_candidates = np.zeros(0, dtype=np.float32)  # every root candidate's score, in candidate order
         self.root_candidate_programs = np.zeros(0, dtype=np.int64)
-
-    @property
-    def root_scores(self) -> np.ndarray:
-        """The root candidates' scores, best first."""
-        return self.root_candidates[self._root_order()]
-
-    @property
-    def root_programs(self) -> np.ndarray:
-        """The root candidates' Composition ids (NONE without one), in the order of ``root_scores``."""
-        return self.root_candidate_programs[self._root_order()]
-
-    def _root_order(self) -> np.ndarray:
-        return np.argsort(-self.root_candidates, kind="stable")
 
     def back_pointer(self, start: int, end: int, k: int) -> BackPointer:
         """The back pointer of the k-th entry of span ``(start, end)``."""
