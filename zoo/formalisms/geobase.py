@@ -212,7 +212,7 @@ class GeoBase:
     def _extreme(self, points: dict[Entity, set[Entity]], pick) -> set[Entity]:
         """The country's high (low) point: the highest (lowest) of the states' high (low) points."""
         places = {place for state_points in points.values() for place in state_points}
-        best = pick(self.elevation[place] for place in places)
+        best = pick((self.elevation[place] for place in places), default=None)  # None: no highlow facts
         return {place for place in places if self.elevation[place] == best}
 
     def __repr__(self) -> str:
