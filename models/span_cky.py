@@ -33,7 +33,9 @@ and their manual lexicon (featurizer ``lexicon="authors"``). One of this zoo's, 
 too short (a long prefix left φ): featurizer ``cover_named_words``, no φ over a word the lexicon names a constant
 with (of those whose constants the training programs hold in ``named_word_share`` of their questions); and
 ``constant_bonus``, a score β added to every constant label at inference (a tree of m constants gains m·β), which
-trades the prior of training's shorter programs for longer ones.
+trades the prior of training's shorter programs for longer ones; and ``execution_guided`` (after Wang et al. 2018's
+execution-guided decoding): the best tree whose program runs on the database to a non-empty answer, among the
+``max_trees`` candidates, where a GeoQuery question's answer is never empty.
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
@@ -54,6 +56,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from models import cky
 from models.span_programs import gold_span_tree, labeled_spans, span_language
+from zoo.formalisms import FormalismError
 from zoo.parser import Featurizer, Parser
 from zoo.pretrained import minilm_path
 from zoo.registry import register_model
@@ -256,7 +259,7 @@ class SpanBasedParser(Parser):
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
                  lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
                  share_entity_scores: bool = True, learn_lexicon_weight: bool = False, prune_ternary: bool = False,
-                 distinct_scores: bool = False, constant_bonus: float = 0.0):
+                 distinct_scores: bool = False, constant_bonus: float = 0.0, execution_guided: bool = False):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
@@ -405,13 +408,29 @@ class SpanBasedParser(Parser):
         chart = self._chart(scores, n, constraints)
         candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
                             self.hparams.max_trees)
+        first = None  # the best tree whose program composes
         for _, meaning, back in candidates:
             program = language.program(meaning)
-            if program is not None:
+            if program is None:
+                continue
+            first = first or (program, back)
+            if not self.hparams.execution_guided or self.answers(program):
                 return program, labeled_spans(chart.tree(back, 0, n), categories)
+        if first is not None:  # execution_guided, and no candidate answered: the best that composes
+            return first[0], labeled_spans(chart.tree(first[1], 0, n), categories)
         if constraints and any(constraints.values()):
             return self.decode(scores, n)
         return "", None
+
+    def answers(self, program: str) -> bool:
+        """Whether ``program`` runs on the dataset's database to a non-empty answer (``execution_guided``)."""
+        if not self.scorer.executes:
+            raise ValueError(f"model.params.execution_guided=true needs programs that run on a database; "
+                             f"{self.formalism.name} {'has none here' if self.formalism.executable else 'does not run'}")
+        try:
+            return bool(self.formalism.execute(program, self.scorer.world))
+        except FormalismError:
+            return False
 
     @torch.no_grad()
     def parse_with_details(self, batch: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:

@@ -355,3 +355,33 @@ def test_constraints_that_leave_no_valid_tree_give_way_to_the_unconstrained_char
             lambda c: featurizer.language.leaf(featurizer.categories[c]), featurizer.language.compose), 100)
         if program is not None and featurizer.language.program(program) is not None)
     assert model.decode(scores, n, constraints)[0] == model.decode(scores, n)[0] == "answer ( stateid ( 'alaska' ) )"
+
+
+def test_execution_guided_decoding_takes_the_best_tree_that_answers():
+    from zoo.formalisms.geobase import GeoBase, read_prolog_facts
+    train = [Example("what borders alaska ?", "answer ( next_to_2 ( stateid ( 'alaska' ) ) )", {}),
+             Example("what borders texas ?", "answer ( next_to_2 ( stateid ( 'texas' ) ) )", {})]
+    featurizer = SpanFeaturizer("funql").fit(train)
+    n = featurizer.encode(train[1])["n"]
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), float("-inf"))
+    scores[..., featurizer.phi] = scores[..., featurizer.join] = 0.0
+    scores[1, 2, featurizer.categories.index("next_to_2")] = 3.0  # "borders" is next_to_2 in every leading tree
+    scores[2, 3, featurizer.categories.index("stateid ( 'alaska' )")] = 5.0  # best, but alaska borders no state
+    scores[2, 3, featurizer.categories.index("stateid ( 'texas' )")] = 4.0
+    world = GeoBase(read_prolog_facts("border('alaska','ak',[]).\nborder('new mexico','nm',['texas']).\n"
+                                      "state('texas','tx','austin',1,1,1,'a','b','c','d').\n"
+                                      "state('alaska','ak','juneau',1,1,1,'a','b','c','d').\n"
+                                      "state('new mexico','nm','santa fe',1,1,1,'a','b','c','d')."))
+
+    def decoded(guided, world=world, max_trees=1000):
+        torch.manual_seed(0)
+        model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1,
+                                execution_guided=guided, max_trees=max_trees).eval()
+        model.attach_world(world)
+        return model.decode(scores, n)[0]
+
+    assert decoded(False) == "answer ( next_to_2 ( stateid ( 'alaska' ) ) )"
+    assert decoded(True) == "answer ( next_to_2 ( stateid ( 'texas' ) ) )"
+    assert decoded(True, max_trees=1) == "answer ( next_to_2 ( stateid ( 'alaska' ) ) )"  # none answers: the best
+    with pytest.raises(ValueError, match="execution_guided.*funql has none here"):
+        decoded(True, world=None)
