@@ -259,7 +259,8 @@ class SpanBasedParser(Parser):
                  lexicon_weight: float = 5.0, k: int = 5, ternary: bool = True, max_trees: int = 1000,
                  lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
                  share_entity_scores: bool = True, learn_lexicon_weight: bool = False, prune_ternary: bool = False,
-                 distinct_scores: bool = False, constant_bonus: float = 0.0, execution_guided: bool = False):
+                 distinct_scores: bool = False, constant_bonus: float = 0.0, execution_guided: bool = False,
+                 fallback_keeps_named_words: bool = False):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
@@ -403,7 +404,8 @@ class SpanBasedParser(Parser):
         whose sub-programs compose, and that tree's labeled spans; ("", None) when none of the first ``max_trees``
         root candidates composes (scored wrong). ``constraints``: as in ``_chart``; where they leave no tree that
         composes (a word the lexicon names may stand for another constant than the one it names), the chart
-        without them decides, so a constraint can cost an answer but never leave a question unanswered."""
+        without them decides, so a constraint can cost an answer but never leave a question unanswered; with
+        ``fallback_keeps_named_words``, the chart without the function-word bar first (only its words' constraint)."""
         language, categories = self.featurizer.language, self.featurizer.categories
         chart = self._chart(scores, n, constraints)
         candidates = islice(chart.meanings(lambda c: language.leaf(categories[c]), language.compose),
@@ -418,6 +420,9 @@ class SpanBasedParser(Parser):
                 return program, labeled_spans(chart.tree(back, 0, n), categories)
         if first is not None:  # execution_guided, and no candidate answered: the best that composes
             return first[0], labeled_spans(chart.tree(first[1], 0, n), categories)
+        if self.hparams.fallback_keeps_named_words and constraints and constraints.get("function_words") and \
+                constraints.get("named_words"):
+            return self.decode(scores, n, {"named_words": constraints["named_words"]})
         if constraints and any(constraints.values()):
             return self.decode(scores, n)
         return "", None

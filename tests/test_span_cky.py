@@ -385,3 +385,25 @@ def test_execution_guided_decoding_takes_the_best_tree_that_answers():
     assert decoded(True, max_trees=1) == "answer ( next_to_2 ( stateid ( 'alaska' ) ) )"  # none answers: the best
     with pytest.raises(ValueError, match="execution_guided.*funql has none here"):
         decoded(True, world=None)
+
+
+def test_the_fallback_can_drop_the_function_word_bar_before_the_named_words():
+    train = [Example("how many rivers does alaska have ?",
+                     "answer ( count ( river ( loc_2 ( stateid ( 'alaska' ) ) ) ) )", {})]
+    featurizer = SpanFeaturizer("funql").fit(train)
+    n = featurizer.encode(train[0])["n"]
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), float("-inf"))
+    scores[..., featurizer.phi] = scores[..., featurizer.join] = 0.0
+    scores[4, 5, featurizer.categories.index("stateid ( 'alaska' )")] = 5.0
+    scores[5, 6, featurizer.categories.index("exclude")] = 1.0  # "have" alone can only be a function of two
+    scores[5, 7, featurizer.categories.index("loc_1")] = -1.0  # "have ?" is loc_1, but "?" is a function word
+    constraints = {"function_words": [3, 6], "named_words": [5]}  # "does", "?"; "have" stands under a constant
+
+    def decoded(keeps_named_words):
+        torch.manual_seed(0)
+        model = SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1,
+                                fallback_keeps_named_words=keeps_named_words).eval()
+        return model.decode(scores, n, constraints)[0]
+
+    assert decoded(False) == "answer ( stateid ( 'alaska' ) )"  # every constraint dropped: "have ?" left φ
+    assert decoded(True) == "answer ( loc_1 ( stateid ( 'alaska' ) ) )"
