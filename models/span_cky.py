@@ -35,7 +35,9 @@ with (of those whose constants the training programs hold in ``named_word_share`
 ``constant_bonus``, a score β added to every constant label at inference (a tree of m constants gains m·β), which
 trades the prior of training's shorter programs for longer ones; and ``execution_guided`` (after Wang et al. 2018's
 execution-guided decoding): the best tree whose program runs on the database to a non-empty answer, among the
-``max_trees`` candidates, where a GeoQuery question's answer is never empty.
+``max_trees`` candidates (it hurts on GeoQuery, whose database answers some gold programs with the empty set).
+Where the constraints leave no tree that composes, decoding falls back to the chart without them;
+``fallback_keeps_named_words`` first tries the chart with the named words kept and the function-word bar dropped.
 
 Encoders (``encoder``): ``lstm``, a bidirectional LSTM over word embeddings trained from scratch; ``minilm``, the
 pretrained 6-layer MiniLM (``zoo.pretrained``), fine-tuned, where a word's start state is its first word piece and
