@@ -12,6 +12,7 @@ from models import cky
 from models.span_cky import SpanBasedParser, SpanFeaturizer
 from zoo.types import Example
 from zoo.formalisms import get_formalism
+from zoo.formalisms.geobase import GeoBase, read_prolog_facts
 from zoo.metrics import exact_match_flags
 from zoo.parser import UnsupportedFormalismError
 from zoo.launch import run
@@ -358,7 +359,6 @@ def test_constraints_that_leave_no_valid_tree_give_way_to_the_unconstrained_char
 
 
 def test_execution_guided_decoding_takes_the_best_tree_that_answers():
-    from zoo.formalisms.geobase import GeoBase, read_prolog_facts
     train = [Example("what borders alaska ?", "answer ( next_to_2 ( stateid ( 'alaska' ) ) )", {}),
              Example("what borders texas ?", "answer ( next_to_2 ( stateid ( 'texas' ) ) )", {})]
     featurizer = SpanFeaturizer("funql").fit(train)
