@@ -3,6 +3,7 @@ import json
 
 import pytest
 import torch
+from omegaconf import open_dict
 
 from conftest import compose_run, needs_mirror
 from zoo.ir import UnsupportedIRError
@@ -40,6 +41,16 @@ def test_each_ir_definition_trains_its_own_stages_and_the_zoo_s_keep_their_earli
     assert stage_directories(paper, PIPELINES["rir"]) != stage_directories(zoo, PIPELINES["rir"])
     assert stage_directories(zoo, PIPELINES["rir"]) == [stage_directory(zoo, zoo.ir_stages_dir, "x_to_rir")]
     assert compose_run("experiment=seq2seq_grid_cpu").ir_definition == "zoo"  # the grid's rows were measured so
+
+
+def test_an_option_added_later_keeps_the_stage_directories_of_earlier_runs_at_its_default(tmp_path):
+    before = compose_run("ir=rir", "data=scan_length")
+    with open_dict(before):
+        del before.data["heldout"]  # a run composed before data.heldout existed
+    assert stage_directory(compose_run("ir=rir", "data=scan_length"), tmp_path, "x") == stage_directory(
+        before, tmp_path, "x")
+    assert stage_directory(compose_run("ir=rir", "data=scan_length", "data.heldout=100"), tmp_path, "x") != \
+        stage_directory(before, tmp_path, "x")
 
 
 @needs_mirror

@@ -36,11 +36,20 @@ def prepared_data(cfg: DictConfig):
     return datamodule
 
 
+# Options added after stages were first trained, left out of the hash at their default (which trains as before the
+# option existed), so the directories of stages trained earlier, finished or interrupted, keep their names
+UNHASHED_DEFAULTS = {("data", "heldout"): None}
+
+
 def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict[str, Any] | None = None) -> Path:
     """``root/<data>/seed<seed>/<name>-<hash>``, the hash over the model, data and trainer configs (not the run's
-    variant), the seed, ``stop_when_converged`` where set and the method's ``settings`` for this stage."""
+    variant, nor ``UNHASHED_DEFAULTS`` at their defaults), the seed, ``stop_when_converged`` where set and the
+    method's ``settings`` for this stage."""
     hashed = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
     hashed["model"].pop("variant", None)
+    for (section, key), default in UNHASHED_DEFAULTS.items():
+        if hashed[section].get(key, default) == default:
+            hashed[section].pop(key, None)
     hashed["seed"] = cfg.seed
     if cfg.get("stop_when_converged"):  # (only where set, so the directories of earlier stages keep their names)
         hashed["stop_when_converged"] = True
