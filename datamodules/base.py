@@ -265,11 +265,11 @@ def json_record(line: str, *keys: str) -> dict[str, Any]:
 
 
 def register_line_dataset(name: str, *, formalism: str, family: str, description: str, files: dict[str, str],
-                          parse: Parse, expected: str, lowercase: bool = False):
+                          parse: Parse, expected: str, lowercase: bool = False, heldout: Callable | None = None):
     """Register a dataset whose every part (train/dev/test) is one file with one example per line."""
 
     @register(name, formalism=formalism, files=tuple(files.values()), family=family, description=description,
-              lowercase=lowercase)
+              lowercase=lowercase, heldout=heldout)
     def read(root: str) -> dict[str, list[Example]]:
         return {part: read_examples(require(name, root, rel), parse, expected, formalism)
                 for part, rel in files.items()}

@@ -305,14 +305,8 @@ class ParsingDataModule(L.LightningDataModule):
         if self.train is not None:
             return
         splits = read_splits(self.name, self.root)
-        train = list(splits["train"])
-        if splits.get("dev") is not None:
-            val = list(splits["dev"])
-        else:
-            train, val = hold_out(train, self.val_fraction, self.val_seed)
-            self.val_held_out = True
-        test = list(splits["test"])
-        if self.heldout is not None:
+        train, test = list(splits["train"]), list(splits["test"])
+        if self.heldout is not None:  # (before the validation slice below, which the rule must not leak into)
             if self.heldout >= len(train):
                 raise DataConfigError(f"data.heldout={self.heldout}, but {self.name} has only {len(train)} training "
                                       "examples: hold out fewer")
@@ -320,6 +314,11 @@ class ParsingDataModule(L.LightningDataModule):
             if not train:  # (a length rule whose cut falls on the shortest programs holds out their ties too)
                 raise DataConfigError(f"data.heldout={self.heldout} holds out every training example of {self.name} "
                                       "by its rule: hold out fewer")
+        if splits.get("dev") is not None:
+            val = list(splits["dev"])
+        else:
+            train, val = hold_out(train, self.val_fraction, self.val_seed)
+            self.val_held_out = True
         if self.train_limit is not None and self.train_limit > len(train):
             raise DataConfigError(f"data.train_limit={self.train_limit}, but {self.name} has only {len(train)} "
                                   "training examples: drop train_limit to use them all")

@@ -5,6 +5,7 @@ Files: ``scan/<x>_split/tasks_{train,test}_<x>.txt``, one ``IN: <command> OUT: <
 """
 from __future__ import annotations
 
+import random
 import re
 
 from datamodules.base import register_line_dataset
@@ -23,6 +24,33 @@ SPLITS = {
                         "(Keysers et al. 2020)") for i in (1, 2, 3)},
 }
 
+
+def heldout_compositions(primitive: str, analogue: str):
+    """The add-primitive splits' rule applied to their own training set (``data.heldout``): the split sees
+    ``primitive`` only alone in training, repeated, and tests every command that composes it. The rule does the same
+    to ``analogue``, a primitive of the same kind that training composes freely: every command composing it leaves
+    training, a ``seed``-drawn ``size`` of them are the held-out test set, and the lone ``analogue`` stays in
+    training as often as the lone ``primitive`` does. ``(examples, size, seed) -> (kept, held out)``."""
+
+    def rule(examples: list, size: int, seed: int) -> tuple[list, list]:
+        composing = [e for e in examples if f" {analogue} " in f" {e.utterance} " and e.utterance != analogue]
+        alone = next((e for e in examples if e.utterance == analogue), None)
+        if not composing or alone is None:
+            raise ValueError(f"data.heldout: the training set needs commands composing {analogue!r} and "
+                             f"{analogue!r} alone")
+        repeats = max(1, sum(e.utterance == primitive for e in examples))
+        left_out = {id(e) for e in composing} | {id(e) for e in examples if e.utterance == analogue}
+        kept = [e for e in examples if id(e) not in left_out] + [alone] * repeats
+        return kept, random.Random(seed).sample(composing, min(size, len(composing)))
+
+    return rule
+
+
+# data.heldout for the add-primitive splits: the analogue is the primitive of the same kind ("turn right" for
+# "turn left", "walk" for "jump": a verb that, like "jump", is one action)
+HELDOUT = {"scan_turn_left": heldout_compositions("turn left", "turn right"),
+           "scan_addjump": heldout_compositions("jump", "walk")}
+
 _LINE = re.compile(r"IN: (.+?) OUT: (.+)")
 
 
@@ -37,5 +65,5 @@ for _name, (_pattern, _what) in SPLITS.items():
     register_line_dataset(
         _name, formalism="scan", family="scan", description=f"SCAN, {_what}",
         files={part: f"scan/{_pattern.format(part=part)}" for part in ("train", "test")},
-        parse=parse_line, expected="'IN: <command> OUT: <actions>'", lowercase=True,
+        parse=parse_line, expected="'IN: <command> OUT: <actions>'", lowercase=True, heldout=HELDOUT.get(_name),
     )

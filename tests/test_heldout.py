@@ -10,6 +10,7 @@ from conftest import REPO, compose_run, needs_mirror
 from datamodules import ParsingDataModule, read_splits
 from datamodules.base import DataConfigError, heldout_longest, heldout_random, heldout_templates
 from datamodules.geoquery import template
+from datamodules.scan import heldout_compositions
 from zoo.types import Example
 
 EXAMPLES = [Example(f"q{i}", program, {}) for i, program in enumerate([
@@ -44,6 +45,31 @@ def test_the_random_rule_is_a_seeded_draw():
     assert first == again and len(first[1]) == 3
     assert {tuple(e.utterance for e in heldout_random(EXAMPLES, 3, seed)[1]) for seed in range(5)} != {
         tuple(e.utterance for e in first[1])}
+
+
+def test_the_add_primitive_rule_leaves_the_analogue_alone_in_training_as_often_as_the_primitive():
+    commands = ["turn left", "turn left", "turn left", "turn right", "turn right twice", "walk after turn right",
+                "jump right", "walk left twice", "turn around right"]
+    examples = [Example(c, f"P{i}", {}) for i, c in enumerate(commands)]
+    kept, held = heldout_compositions("turn left", "turn right")(examples, 1, seed=0)
+    assert [e.utterance for e in kept].count("turn right") == 3  # as often as the lone "turn left"
+    assert not [e for e in kept if "turn right" in e.utterance and e.utterance != "turn right"]  # none composed
+    assert len(held) == 1 and held[0].utterance in {"turn right twice", "walk after turn right"}
+    assert {e.utterance for e in kept} == {"turn left", "turn right", "jump right", "walk left twice",
+                                           "turn around right"}  # ("turn around right" is not "turn right")
+    assert len(heldout_compositions("turn left", "turn right")(examples, 10, seed=0)[1]) == 2  # all there are
+    with pytest.raises(ValueError, match="commands composing 'run'"):
+        heldout_compositions("jump", "run")(examples, 1, seed=0)
+
+
+@needs_mirror
+def test_a_turn_left_heldout_run_validates_on_no_composition_of_its_analogue():
+    dm = ParsingDataModule("scan_turn_left", heldout=1000)
+    dm.setup()
+    assert len(dm.test) == 1000 and all("turn right" in e.utterance and e.utterance != "turn right" for e in dm.test)
+    for part in (dm.train, dm.val):  # the validation slice is drawn after the rule, from what it kept
+        assert not [e for e in part if "turn right" in e.utterance and e.utterance != "turn right"]
+    assert not {e.utterance for e in dm.test} & {e.utterance for e in read_splits("scan_turn_left")["test"]}
 
 
 @needs_mirror
