@@ -66,11 +66,11 @@ def test_the_add_primitive_rule_leaves_the_analogue_alone_in_training_as_often_a
 def test_a_turn_left_heldout_run_validates_on_no_composition_of_its_analogue():
     dm = ParsingDataModule("scan_turn_left", heldout=1000)
     dm.setup()
-    composes = lambda e: " walk left " in f" {e.utterance} " and e.utterance != "walk left"  # noqa: E731
+    composes = lambda e: " turn opposite left " in f" {e.utterance} " and e.utterance != "turn opposite left"  # noqa
     assert len(dm.test) == 1000 and all(map(composes, dm.test))
     for part in (dm.train, dm.val):  # the validation slice is drawn after the rule, from what it kept
         assert not [e for e in part if composes(e)]
-    lone = sum(e.utterance == "walk left" for e in dm.train + dm.val)
+    lone = sum(e.utterance == "turn opposite left" for e in dm.train + dm.val)
     assert lone == sum(e.utterance == "turn left" for e in read_splits("scan_turn_left")["train"])
 
 
