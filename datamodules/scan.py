@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import re
 
-from datamodules.base import register_line_dataset
+from datamodules.base import DataConfigError, register_line_dataset
 
 # registry name -> (file pattern under scan/, {part} being train or test; what the split tests)
 SPLITS = {
@@ -36,8 +36,8 @@ def heldout_compositions(primitive: str, analogue: str):
         composing = [e for e in examples if f" {analogue} " in f" {e.utterance} " and e.utterance != analogue]
         alone = next((e for e in examples if e.utterance == analogue), None)
         if not composing or alone is None:
-            raise ValueError(f"data.heldout: the training set needs commands composing {analogue!r} and "
-                             f"{analogue!r} alone")
+            raise DataConfigError(f"data.heldout: the training set needs commands composing {analogue!r} and "
+                                  f"{analogue!r} alone")
         repeats = max(1, sum(e.utterance == primitive for e in examples))
         left_out = {id(e) for e in composing} | {id(e) for e in examples if e.utterance == analogue}
         kept = [e for e in examples if id(e) not in left_out] + [alone] * repeats

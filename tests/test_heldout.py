@@ -58,7 +58,7 @@ def test_the_add_primitive_rule_leaves_the_analogue_alone_in_training_as_often_a
     assert {e.utterance for e in kept} == {"turn left", "turn right", "jump right", "walk left twice",
                                            "turn around right"}  # ("turn around right" is not "turn right")
     assert len(heldout_compositions("turn left", "turn right")(examples, 10, seed=0)[1]) == 2  # all there are
-    with pytest.raises(ValueError, match="commands composing 'run'"):
+    with pytest.raises(DataConfigError, match="commands composing 'run'"):
         heldout_compositions("jump", "run")(examples, 1, seed=0)
 
 
