@@ -34,13 +34,13 @@ def heldout_compositions(primitive: str, analogue: str):
 
     def rule(examples: list, size: int, seed: int) -> tuple[list, list]:
         composing = [e for e in examples if f" {analogue} " in f" {e.utterance} " and e.utterance != analogue]
-        alone = next((e for e in examples if e.utterance == analogue), None)
-        if not composing or alone is None:
+        alone = [e for e in examples if e.utterance == analogue]
+        if not composing or not alone:
             raise DataConfigError(f"data.heldout: the training set needs commands composing {analogue!r} and "
                                   f"{analogue!r} alone")
         repeats = max(1, sum(e.utterance == primitive for e in examples))
-        left_out = {id(e) for e in composing} | {id(e) for e in examples if e.utterance == analogue}
-        kept = [e for e in examples if id(e) not in left_out] + [alone] * repeats
+        left_out = {id(e) for e in composing + alone}
+        kept = [e for e in examples if id(e) not in left_out] + alone[:1] * repeats
         return kept, random.Random(seed).sample(composing, min(size, len(composing)))
 
     return rule
