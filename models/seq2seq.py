@@ -6,6 +6,9 @@ representations; Herzig & Berant 2021 and Gai et al. 2021 compare against seq2se
 * ``bart`` (Lewis et al. 2020), the from-scratch default: built at a preset's sizes with random initialisation.
   It has learned absolute positions; T5's relative position biases only reweight attention, and T5 mini from
   scratch could not learn to count SCAN's runs of repeated actions (README, "seq2seq from scratch").
+* ``marian`` (Junczys-Dowmunt et al. 2018): BART's layers with the fixed sinusoidal positions of Vaswani et al.
+  2017 instead of learned ones, built at a preset's sizes from scratch; a candidate for SCAN's add-primitive
+  splits, where learned positions must generalise the counts of runs they never saw.
 * ``t5`` (Raffel et al. 2020): built from a preset with random initialisation, or loaded from a pretrained T5 (a
   local directory or a hub name) together with its tokenizer.
 * ``bert2bert_minilm``: an encoder-decoder warm-started from MiniLM (Rothe et al. 2020's BERT2BERT recipe; the
@@ -29,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
-from transformers import (AutoTokenizer, BartConfig, BartForConditionalGeneration, BertLMHeadModel, BertModel,
+from transformers import (AutoTokenizer, BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel, BertLMHeadModel, BertModel,
                           EncoderDecoderModel, T5Config, T5ForConditionalGeneration)
 from transformers.utils import logging as transformers_logging
 
@@ -167,7 +170,7 @@ class Seq2SeqFeaturizer(Featurizer):
         return featurizer
 
 
-BACKBONES = ("t5", "bart", "bert2bert_minilm")
+BACKBONES = ("t5", "bart", "marian", "bert2bert_minilm")
 SCHEDULES = ("constant", "linear", "cosine", "inverse_sqrt")
 
 
@@ -212,7 +215,7 @@ class Seq2Seq(Parser):
             if preset not in PRESETS:
                 raise ValueError(f"model.preset={preset!r} is not a preset; choose one of {', '.join(PRESETS)}")
             sizes = {**PRESETS[preset], **(architecture or {})}
-            self.network = (_bart(featurizer, sizes, dropout) if backbone == "bart" else
+            self.network = (_bart(featurizer, sizes, dropout, backbone) if backbone in ("bart", "marian") else
                             T5ForConditionalGeneration(T5Config(
                                 vocab_size=featurizer.vocab_size, dropout_rate=dropout, pad_token_id=featurizer.pad_id,
                                 eos_token_id=featurizer.eos_id, decoder_start_token_id=featurizer.pad_id, **sizes)))
@@ -302,24 +305,33 @@ class Seq2Seq(Parser):
                                 unk_token=UNK).save_pretrained(directory)
 
 
-def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float) -> BartForConditionalGeneration:
+def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float,
+          backbone: str = "bart") -> BartForConditionalGeneration | MarianMTModel:
     """BART (Lewis et al. 2020) from scratch at a T5 preset's sizes: the same widths, depths and heads, with learned
-    absolute positions where T5 has relative attention biases only (README: why the scratch recipe uses it)."""
+    absolute positions where T5 has relative attention biases only (README: why the scratch recipe uses it).
+    ``backbone="marian"``: the same layers with fixed sinusoidal positions (MarianMT's)."""
     unknown = set(sizes) - {"d_model", "d_ff", "num_layers", "num_decoder_layers", "num_heads", "d_kv"}
     if unknown:
         raise ValueError(f"model.params.architecture: {', '.join(sorted(unknown))} are T5Config fields with no BART "
                          "counterpart here")
     if sizes["d_kv"] * sizes["num_heads"] != sizes["d_model"]:
         raise ValueError("backbone bart needs d_kv x num_heads = d_model")
-    config = BartConfig(vocab_size=featurizer.vocab_size, d_model=sizes["d_model"],
-                        encoder_layers=sizes["num_layers"], decoder_layers=sizes["num_decoder_layers"],
-                        encoder_attention_heads=sizes["num_heads"], decoder_attention_heads=sizes["num_heads"],
-                        encoder_ffn_dim=sizes["d_ff"], decoder_ffn_dim=sizes["d_ff"], dropout=dropout,
-                        max_position_embeddings=max(featurizer.max_source_length, featurizer.max_target_length,
-                                                    2 * featurizer.longest_train_target + 16) + 1,
-                        pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id, bos_token_id=featurizer.eos_id,
-                        decoder_start_token_id=featurizer.eos_id, forced_eos_token_id=None)
-    return BartForConditionalGeneration(config)
+    config_class, model_class = ((MarianConfig, MarianMTModel) if backbone == "marian" else
+                                 (BartConfig, BartForConditionalGeneration))
+    # Sinusoids have amplitude 1 and embeddings start at std 0.02: scaled by sqrt(d_model), as Vaswani et al. and
+    # MarianMT scale them, the words are not drowned by their positions.
+    scale = {"scale_embedding": True} if backbone == "marian" else {}
+    config = config_class(vocab_size=featurizer.vocab_size, d_model=sizes["d_model"],
+                          encoder_layers=sizes["num_layers"], decoder_layers=sizes["num_decoder_layers"],
+                          encoder_attention_heads=sizes["num_heads"], decoder_attention_heads=sizes["num_heads"],
+                          encoder_ffn_dim=sizes["d_ff"], decoder_ffn_dim=sizes["d_ff"], dropout=dropout,
+                          activation_function="gelu",  # BART's; MarianConfig's default is swish
+                          max_position_embeddings=max(featurizer.max_source_length, featurizer.max_target_length,
+                                                      2 * featurizer.longest_train_target + 16) + 1,
+                          pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id,
+                          bos_token_id=featurizer.eos_id, decoder_start_token_id=featurizer.eos_id,
+                          forced_eos_token_id=None, **scale)
+    return model_class(config)
 
 
 def _bert2bert(featurizer: Seq2SeqFeaturizer, dropout: float) -> EncoderDecoderModel:

@@ -51,7 +51,7 @@ def test_featurizer_round_trip_and_state():
                                             featurizer.pad_id]])) == ["I_JUMP"]
 
 
-@pytest.mark.parametrize("backbone", ["t5", "bart"])
+@pytest.mark.parametrize("backbone", ["t5", "bart", "marian"])
 def test_tiny_model_overfits_16_scan_examples(backbone):
     torch.manual_seed(0)
     model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", backbone=backbone, dropout=0.0)
@@ -61,14 +61,14 @@ def test_tiny_model_overfits_16_scan_examples(backbone):
     assert model.parse(batch) == [e.program for e in EXAMPLES]
 
 
-@pytest.mark.parametrize("backbone", ["t5", "bart"])
+@pytest.mark.parametrize("backbone", ["t5", "bart", "marian"])
 def test_cached_greedy_decoding_equals_generate(backbone):
     """Seq2Seq.greedy (rows leave the batch at </s>) gives generate()'s tokens, on a half-trained model whose
     outputs have many lengths, some running to the length limit."""
     torch.manual_seed(0)
     model = Seq2Seq.build(EXAMPLES, "scan", preset="tiny", backbone=backbone, max_decode_length=7)
     batch = batch_of(model, EXAMPLES)
-    fit(model, batch, lr=1e-3, steps=60)
+    fit(model, batch, lr=1e-3, steps=100)  # Marian's outputs still have one or two lengths at 60 steps
     generated = model.network.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                        max_new_tokens=7, num_beams=1, do_sample=False,
                                        pad_token_id=model.featurizer.pad_id, eos_token_id=model.featurizer.eos_id,
