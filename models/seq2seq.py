@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
-from transformers import (AutoTokenizer, BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel, BertLMHeadModel, BertModel,
-                          EncoderDecoderModel, T5Config, T5ForConditionalGeneration)
+from transformers import (AutoTokenizer, BartConfig, BartForConditionalGeneration, BertLMHeadModel, BertModel,
+                          EncoderDecoderModel, MarianConfig, MarianMTModel, T5Config, T5ForConditionalGeneration)
 from transformers.utils import logging as transformers_logging
 
 from zoo.parser import Featurizer, Parser
