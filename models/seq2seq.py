@@ -215,7 +215,7 @@ class Seq2Seq(Parser):
             if preset not in PRESETS:
                 raise ValueError(f"model.preset={preset!r} is not a preset; choose one of {', '.join(PRESETS)}")
             sizes = {**PRESETS[preset], **(architecture or {})}
-            self.network = (_bart(featurizer, sizes, dropout, backbone) if backbone in ("bart", "marian") else
+            self.network = (_bart(featurizer, sizes, dropout, backbone) if backbone in BART_LAYERS else
                             T5ForConditionalGeneration(T5Config(
                                 vocab_size=featurizer.vocab_size, dropout_rate=dropout, pad_token_id=featurizer.pad_id,
                                 eos_token_id=featurizer.eos_id, decoder_start_token_id=featurizer.pad_id, **sizes)))
@@ -305,6 +305,13 @@ class Seq2Seq(Parser):
                                 unk_token=UNK).save_pretrained(directory)
 
 
+# Backbones built from BART's layers: (config class, model class, config settings of their own). MarianMT's
+# sinusoids have amplitude 1 where embeddings start at std 0.02: scaled by sqrt(d_model), as Vaswani et al. and
+# MarianMT scale them, the words are not drowned by their positions.
+BART_LAYERS = {"bart": (BartConfig, BartForConditionalGeneration, {}),
+               "marian": (MarianConfig, MarianMTModel, {"scale_embedding": True})}
+
+
 def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float,
           backbone: str = "bart") -> BartForConditionalGeneration | MarianMTModel:
     """BART (Lewis et al. 2020) from scratch at a T5 preset's sizes: the same widths, depths and heads, with learned
@@ -315,12 +322,8 @@ def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float,
         raise ValueError(f"model.params.architecture: {', '.join(sorted(unknown))} are T5Config fields with no BART "
                          "counterpart here")
     if sizes["d_kv"] * sizes["num_heads"] != sizes["d_model"]:
-        raise ValueError("backbone bart needs d_kv x num_heads = d_model")
-    config_class, model_class = ((MarianConfig, MarianMTModel) if backbone == "marian" else
-                                 (BartConfig, BartForConditionalGeneration))
-    # Sinusoids have amplitude 1 and embeddings start at std 0.02: scaled by sqrt(d_model), as Vaswani et al. and
-    # MarianMT scale them, the words are not drowned by their positions.
-    scale = {"scale_embedding": True} if backbone == "marian" else {}
+        raise ValueError(f"backbone {backbone} needs d_kv x num_heads = d_model")
+    config_class, model_class, own_settings = BART_LAYERS[backbone]
     config = config_class(vocab_size=featurizer.vocab_size, d_model=sizes["d_model"],
                           encoder_layers=sizes["num_layers"], decoder_layers=sizes["num_decoder_layers"],
                           encoder_attention_heads=sizes["num_heads"], decoder_attention_heads=sizes["num_heads"],
@@ -330,7 +333,7 @@ def _bart(featurizer: Seq2SeqFeaturizer, sizes: dict[str, int], dropout: float,
                                                       2 * featurizer.longest_train_target + 16) + 1,
                           pad_token_id=featurizer.pad_id, eos_token_id=featurizer.eos_id,
                           bos_token_id=featurizer.eos_id, decoder_start_token_id=featurizer.eos_id,
-                          forced_eos_token_id=None, **scale)
+                          forced_eos_token_id=None, **own_settings)
     return model_class(config)
 
 
