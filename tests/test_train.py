@@ -288,3 +288,23 @@ def test_a_shorter_budget_bounds_the_recipes_minimum(tmp_path):
     cfg = smoke(tmp_path, "experiment=seq2seq_grid_cpu", "model=seq2seq", "data=scan_simple")
     assert cfg.trainer.min_steps == 2000 and cfg.trainer.max_steps == 4
     assert run(cfg, tmp_path / "run")["global_steps"] == 4
+
+
+def test_ema_weights_are_the_ones_checkpointed_and_tested(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from zoo.train import EMAWeights
+
+    class Recorded(BoringModel):
+        def on_test_start(self):
+            self.tested = {k: v.clone() for k, v in self.state_dict().items()}
+
+    model, best = Recorded(), ModelCheckpoint(dirpath=tmp_path, filename="best", every_n_train_steps=10)
+    trainer = L.Trainer(max_steps=20, logger=False, enable_progress_bar=False, default_root_dir=tmp_path,
+                        callbacks=[EMAWeights(decay=0.9), best])
+    trainer.fit(model)
+    checkpoint = torch.load(best.best_model_path, weights_only=False)
+    averaged, raw = checkpoint["state_dict"], checkpoint["current_model_state"]
+    assert not all(torch.equal(averaged[k], raw[k]) for k in averaged)  # the average differs from the step's weights
+    trainer.test(model, ckpt_path=best.best_model_path, verbose=False)
+    assert all(torch.equal(model.tested[k], averaged[k]) for k in averaged)  # not the raw weights Lightning restores

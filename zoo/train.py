@@ -21,7 +21,8 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from zoo.options import RunConfigError
@@ -96,6 +97,18 @@ class ValidationCurve(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.points = [tuple(point) for point in state["points"]]
+
+
+class EMAWeights(EMAWeightAveraging):
+    """Lightning's exponential moving average of the weights (``callbacks=ema``), which validates, checkpoints and
+    tests the averaged weights. Lightning's own callback, on loading a checkpoint for testing in the process that
+    trained it, puts the raw weights of that step back (``current_model_state``), so the best checkpoint chosen on
+    the averaged weights would be tested without them; outside fitting this keeps the checkpoint's averaged
+    ``state_dict``, as a fresh ``test_only=true`` run does."""
+
+    def on_load_checkpoint(self, trainer, module, checkpoint):
+        if trainer.state.fn == TrainerFn.FITTING:  # resuming: restore both the raw and the averaged weights
+            super().on_load_checkpoint(trainer, module, checkpoint)
 
 
 # A run has converged when its validation metric rose by less than this over the last LATE_SHARE of its steps.
