@@ -136,8 +136,8 @@ def test_bad_settings_fail_with_the_option_named():
         check_settings(_settings(), train, get_formalism("tokens"), "d")
     check_settings(_settings(name="input"), train, get_formalism("tokens"), "d")  # input similarity needs none
     with pytest.raises(RetrievalError, match="retrieval.folds=2: a fold model of d would train on 6 examples"):
-        check_settings(_settings(k=6), train, SQL, "d")
-    check_settings(_settings(k=6, folds=None), train, SQL, "d")
+        check_settings(_settings(k=6, folds=2), train, SQL, "d")
+    check_settings(_settings(k=6), train, SQL, "d")  # without fold models (§2.1, the default) k=6 fits
     with pytest.raises(RetrievalError, match="retrieval='bm25': choose one of none, input, gandr"):
         check_settings(_settings(name="bm25"), train, SQL, "d")
 
@@ -200,7 +200,7 @@ def test_bad_settings_fail_before_training(tmp_path):
 
 @needs_mirror
 def test_two_stage_gandr_end_to_end_shares_stage_one(tmp_path):
-    cfg = smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr")
+    cfg = smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr", "retrieval.folds=2")
     row = run(cfg, tmp_path / "gandr")
     assert row["variant"] == "gandr-k4-a0.5-train32-eval8" and row["n_train"] == 32 and row["n_test"] == 8
     assert 0.0 <= row["test_exact_match"] <= 1.0 and "test_stage1_exact_match" in row and "test_denotation" in row
@@ -231,11 +231,19 @@ def test_two_stage_gandr_end_to_end_shares_stage_one(tmp_path):
     assert inputs["stage_dirs"] == stage1 and inputs["variant"] == "input_tfidf-k4-train32-eval8"
     assert inputs["test_exact_match"] == row["test_stage1_exact_match"]
     assert sorted(str(p) for p in (tmp_path / "stages").rglob("*.ckpt")) == before
-    other = run(smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr", "retrieval.alpha=1"), tmp_path / "alpha1")
+    other = run(smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr", "retrieval.alpha=1", "retrieval.folds=2"),
+                tmp_path / "alpha1")
     assert other["stage_dirs"].split()[:3] == row["stage_dirs"].split()[:3]
     assert other["stage_dirs"].split()[3] != row["stage_dirs"].split()[3]
+
+    # by default (§2.1) stage 1 predicts its own training examples: no fold models, stage 1 shared again
+    paper = run(smoke(tmp_path, "data=geo_sql_iid", "retrieval=gandr"), tmp_path / "paper")
+    paper_dirs = paper["stage_dirs"].split()
+    assert len(paper_dirs) == 2 and paper_dirs[0] == stage1 and paper_dirs[1] not in row["stage_dirs"].split()
+    assert paper["global_steps"] == "4+4"
     assert [r["variant"] for r in read_rows(tmp_path / "results" / "runs.csv")] == [
-        "gandr-k4-a0.5-train32-eval8", "input_tfidf-k4-train32-eval8", "gandr-k4-a1-train32-eval8"]
+        "gandr-k4-a0.5-train32-eval8", "input_tfidf-k4-train32-eval8", "gandr-k4-a1-train32-eval8",
+        "gandr-k4-a0.5-train32-eval8"]
 
 
 @needs_mirror

@@ -16,12 +16,13 @@ vectors (scikit-learn), over the lower-cased words of utterances and over the *s
 actions, COGS predicates; the paper's intents and slots), y^_i being a preliminary prediction.
 
 Two stages (§2.1). Stage 1 (M1) trains with input relevance; on its own it is the ``retrieval=input`` run. It
-predicts val and test with input exemplars. Training examples get preliminary predictions from models that did not
-train on them: with ``folds`` = F, F more stage-1 models each train on all but one F-th part of the training set
-(and retrieve from it) and predict that part. Stage 2 (M2) starts from M1's weights and trains ``continue_steps``
-more with hybrid relevance on those predictions; its test predictions are GandR's. Stages train in directories
-named by a hash of their settings (``zoo.stages``), so ``retrieval=input`` and every alpha of GandR share stage 1
-and the fold models.
+predicts val and test with input exemplars, and, as §2.1 has it ("M_1 is used to generate GandR preliminary
+predictions during training and evaluation"), its own training examples (``folds: null``). With ``folds`` = F (the
+zoo's option) training examples get predictions from models that did not train on them instead: F more stage-1
+models each train on all but one F-th part of the training set (and retrieve from it) and predict that part. Stage 2
+(M2) starts from M1's weights and trains ``continue_steps`` more with hybrid relevance on those predictions; its
+test predictions are GandR's. Stages train in directories named by a hash of their settings (``zoo.stages``), so
+``retrieval=input`` and every alpha of GandR share stage 1 and the fold models.
 
 Template recall@K (§4.3): the share of evaluation examples for which at least one of the top K exemplars has the
 gold program's template (``Formalism.template``: the program with its values masked). A GandR run measures it on
@@ -29,8 +30,9 @@ the validation split for input, output (oracle: the gold program as y^) and hybr
 ``results/template_recall.csv``.
 
 Departures: the paper retrieves with T5 on MTOP/TOPv2; here any seq2seq backbone of the zoo on its datasets. The
-paper does not say how M1's predictions on its own training data avoid being memorised gold; the folds do that
-(``folds: null`` uses M1's own predictions instead). Stage 2 starts a new optimiser with its own warm-up.
+paper's M1 predicts training examples it has learned, so stage 2 trains on preliminary predictions closer to gold
+than those it gets at test time; ``folds`` avoids that at the cost of F more trainings. Stage 2 starts a new
+optimiser with its own warm-up.
 """
 from __future__ import annotations
 
