@@ -12,8 +12,9 @@ exemplar retrieval (``--grid gandr``, Zemlyanskiy et al. 2022 Table 1: none, inp
 Stages are shared through ``ir_stages_dir`` (zoo/ir/pipeline.py): ``none``, ``rir`` (which trains x -> z_r) and
 ``lir_d+rir`` (x -> z_lr, then x [SEP] z_lr -> z_r) run side by side, and ``lir_ind+rir`` starts once ``rir`` and
 ``lir_d+rir`` of its dataset and model succeeded: it finds both of its stages trained and only chains them over the
-test set. GandR's first run trains stage 1 and the fold models, which ``retrieval=input`` also needs and the other
-alphas share: the other alphas start after it. Jobs start in the order given (``--seeds`` outer, then datasets,
+test set. GandR's ``retrieval=input`` run trains stage 1 alone; every alpha starts after it and trains its own stage 2,
+side by side (with ``retrieval.folds``, the first alpha trains the fold models and the others wait for them,
+``zoo.stages``). Jobs start in the order given (``--seeds`` outer, then datasets,
 then models). At the deadline, running jobs are stopped (they leave no results row) and the rest are skipped; the
 same command with ``--resume`` later skips the runs that finished and resumes the interrupted ones. Each job logs to
 ``logs/ir_grid/``; every finished pipeline appends its row to the results file as any run does.
@@ -35,22 +36,20 @@ from jobs import Job, run_jobs  # noqa: E402,F401  (the job runner the suites sh
 # being the longest
 ORDER = ("lir_d+rir", "rir", "none", "lir_ind+rir")
 NEEDS = {"lir_ind+rir": ("rir", "lir_d+rir")}
-FIRST_ALPHA = 0.5  # GandR's run that trains the stages the others share
 
 
 def method_jobs(grid: str, alphas: list[float]) -> list[tuple[str, list[str], list[str]]]:
     """(name, overrides, names of the methods it waits for) of one dataset and model, in start order."""
     if grid == "ir":
         return [(ir, [f"ir={ir}"], list(NEEDS.get(ir, ()))) for ir in ORDER]
-    first = f"gandr-a{FIRST_ALPHA:g}"
-    jobs = [(first, ["retrieval=gandr", f"retrieval.alpha={FIRST_ALPHA}"], []),
-            ("none", ["retrieval=none"], []), ("input", ["retrieval=input"], [first])]
-    return jobs + [(f"gandr-a{a:g}", ["retrieval=gandr", f"retrieval.alpha={a}"], [first])
-                   for a in alphas if a != FIRST_ALPHA]
+    # retrieval=input trains stage 1 (and, with retrieval.folds, the fold models) alone; every alpha then trains
+    # only its own stage 2, so the alphas can run side by side
+    return [("input", ["retrieval=input"], []), ("none", ["retrieval=none"], [])] + [
+        (f"gandr-a{a:g}", ["retrieval=gandr", f"retrieval.alpha={a}"], ["input"]) for a in alphas]
 
 
 def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str], grid: str = "ir",
-              alphas: list[float] = (FIRST_ALPHA,)) -> list[Job]:
+              alphas: list[float] = (0.5,)) -> list[Job]:
     jobs = []
     for entry in data:
         name, *data_overrides = entry.split(":")
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", nargs="+", required=True,
                         help="datasets, each optionally with overrides: cfq_mcd1:data.limit_train=20000")
     parser.add_argument("--grid", choices=("ir", "gandr"), default="ir")
-    parser.add_argument("--alphas", nargs="+", type=float, default=[FIRST_ALPHA], help="GandR's output weights")
+    parser.add_argument("--alphas", nargs="+", type=float, default=[0.5], help="GandR's output weights")
     parser.add_argument("--models", nargs="+", default=["seq2seq", "bert2bert_minilm"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="each seed's grid, one after the other")
     parser.add_argument("--workers", type=int, default=4)

@@ -25,13 +25,13 @@ def test_grid_lists_each_pipeline_once_with_lir_ind_after_its_stages():
     assert "debug=smoke" in jobs[4].command and "data=cfq_mcd1" in jobs[4].command
 
 
-def test_gandr_grid_starts_the_run_that_trains_the_shared_stages_first():
+def test_gandr_grid_trains_stage_one_first_then_the_alphas_side_by_side():
     jobs = grid_jobs(["geo_sql_iid"], ["seq2seq"], 2, [], grid="gandr", alphas=[0, 0.5, 1])
     assert [j.name for j in jobs] == [f"seq2seq-geo_sql_iid-{m}-seed2" for m in
-                                      ("gandr-a0.5", "none", "input", "gandr-a0", "gandr-a1")]
-    assert [j.needs for j in jobs] == [[], [], ["seq2seq-geo_sql_iid-gandr-a0.5-seed2"]] + [
-        ["seq2seq-geo_sql_iid-gandr-a0.5-seed2"]] * 2
-    assert jobs[3].command[-3:] == ["retrieval=gandr", "retrieval.alpha=0", "seed=2"]
+                                      ("input", "none", "gandr-a0", "gandr-a0.5", "gandr-a1")]
+    assert [j.needs for j in jobs] == [[], []] + [["seq2seq-geo_sql_iid-input-seed2"]] * 3
+    assert jobs[0].command[-2:] == ["retrieval=input", "seed=2"]
+    assert jobs[2].command[-3:] == ["retrieval=gandr", "retrieval.alpha=0", "seed=2"]
 
 
 def test_failed_needs_skip_a_job_and_the_deadline_stops_the_rest(tmp_path):

@@ -1,5 +1,6 @@
 """IR pipelines (zoo/ir/pipeline.py) end to end on debug=smoke, and the bert2bert_minilm backbone offline."""
 import json
+import time
 
 import pytest
 import torch
@@ -112,3 +113,31 @@ def test_graphq_pipeline_scores_the_compiled_sparql(tmp_path):
         assert p["prediction"].startswith("SELECT") or "graphq:" in p["error"]
     with pytest.raises(UnsupportedIRError, match="no IR 'graphq' for formalism 'sql'; available: lir, rir"):
         run(smoke(tmp_path, "data=geo_sql_template", "ir=graphq"), tmp_path / "sql")
+
+
+def test_runs_that_need_one_stage_at_once_train_it_once(tmp_path, monkeypatch):
+    """Two processes (here threads, each with its own lock file handle) asking for one stage: one trains it, the
+    other waits for it and reads its row."""
+    import threading
+
+    import zoo.train
+    from zoo.results import append_row
+    from zoo.stages import run_stage
+
+    trainings = []
+
+    def train(cfg, stage_dir, **_):
+        trainings.append(stage_dir)
+        time.sleep(0.5)  # long enough for the other to arrive while this one trains
+        append_row(cfg.results_file, {"variant": cfg.model.variant, "test_exact_match": 0.5})
+
+    monkeypatch.setattr(zoo.train, "train_and_test", train)
+    cfg = compose_run("debug=smoke", f"ir_stages_dir={tmp_path}")
+    rows = []
+    threads = [threading.Thread(target=lambda: rows.append(run_stage(cfg, "input", tmp_path / "input", None)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(trainings) == 1 and len(rows) == 2 and rows[0] == rows[1]

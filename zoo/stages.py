@@ -4,11 +4,13 @@ The IR pipelines (``zoo.ir.pipeline``) and GandR (``zoo.retrieval``) train sever
 *stage*: an ordinary ``zoo.train.train_and_test`` run on rewritten examples, in a directory named by the stage and a
 hash of everything that determines it (model, data, trainer, seed, and the method's own settings), so any run that
 needs the same stage with the same settings reuses it. A stage is finished when its ``runs.csv`` holds its row; an
-interrupted one resumes with ``ckpt_path=last`` like any run. The method's run then combines the stages' rows into
+interrupted one resumes with ``ckpt_path=last`` like any run. Runs side by side that need a stage nobody has
+trained yet take turns on a lock file in its directory (``fcntl.flock``, POSIX): one trains it, the others reuse it. The method's run then combines the stages' rows into
 its own results row (``combined_row``).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -70,19 +72,24 @@ def run_stage(cfg: DictConfig, name: str, stage_dir: Path, rewrite: Rewrite, for
     from zoo.train import RunConfigError, train_and_test
 
     done = stage_dir / "runs.csv"
-    if cfg.overwrite and done.exists():
-        done.unlink()
-    if done.exists():
-        log.info("stage %s already trained in %s", name, stage_dir)
-    else:
-        if cfg.test_only:
-            raise RunConfigError(f"test_only=true: stage {name} has no finished run in {stage_dir}")
-        log.info("training stage %s in %s", name, stage_dir)
-        for cached in stage_dir.glob("cache-*.json"):  # outputs of the weights this training replaces
-            cached.unlink()
-        train_and_test(stage_config(cfg, name, stage_dir, max_steps), stage_dir, formalism=formalism,
-                       rewrite=rewrite, init_from=init_from)
-    return read_rows(done)[-1]
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    with open(stage_dir / ".lock", "w") as lock:
+        # runs side by side that need one stage (GandR's alphas, its fold models) train it once: the others wait
+        # here until it is done, then find its row
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cfg.overwrite and done.exists():
+            done.unlink()
+        if done.exists():
+            log.info("stage %s already trained in %s", name, stage_dir)
+        else:
+            if cfg.test_only:
+                raise RunConfigError(f"test_only=true: stage {name} has no finished run in {stage_dir}")
+            log.info("training stage %s in %s", name, stage_dir)
+            for cached in stage_dir.glob("cache-*.json"):  # outputs of the weights this training replaces
+                cached.unlink()
+            train_and_test(stage_config(cfg, name, stage_dir, max_steps), stage_dir, formalism=formalism,
+                           rewrite=rewrite, init_from=init_from)
+        return read_rows(done)[-1]
 
 
 def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | None = None) -> DictConfig:
