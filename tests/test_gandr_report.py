@@ -41,7 +41,8 @@ def test_report_tables_and_alpha_plot(tmp_path):
         {**run("gandr-k4-a0.5", 0.8, 2), "converged": "False"},
         run("gandr-k4-a0", 0.65), run("gandr-k4-a1", 0.55), run("rir", 0.9),
         run("gandr-k4-a0.5-sample1000", 0.3, data="atis_sql_iid"),
-        {**run("baseline", 0.4, data="scan_simple"), "protocol": "other"}])  # no retrieval run under this protocol
+        {**run("baseline", 0.4, data="scan_simple"), "protocol": "other"},  # no retrieval run under this protocol
+        run("baseline", 0.3, data="scan_length")])  # nor on this dataset
     recall = {"data": "geo_sql_iid", "subsample": "", "split": "val", "n": 49, "k": 4, "alpha": 0.5, "seed": 1,
               "recall_input": 0.6, "recall_output_oracle": 0.8, "recall_hybrid": 0.7}
     # a row of python -m zoo.retrieval recall: no preliminary predictions, so no alpha, seed or hybrid
@@ -55,7 +56,7 @@ def test_report_tables_and_alpha_plot(tmp_path):
     assert "| geo_sql_iid | **50.0** (n=1) · 1.0 min" in text and "rir" not in text
     assert "**75.0** ± 7.1 (n=2) †1 ·" in text  # mean ± std over seeds; one of the two had not converged
     assert "| atis_sql_iid (sample1000) |  |  | **30.0** (n=1)" in text
-    assert "scan_simple" not in text and "protocol other" not in text
+    assert "scan_simple" not in text and "protocol other" not in text and "scan_length" not in text
     assert "| geo_sql_iid | 4 | 0.5 | 1 | 49 | 60.0 | 80.0 | 70.0 |" in text
     assert "| cfq_mcd1 (sample1000) | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
     assert "| geo_sql_iid | input_tfidf-k4 | t5-mini-scratch | 1 | 1 / 3 | 1 / 1 | 1 / 2 |" in text
