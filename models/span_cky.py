@@ -35,7 +35,11 @@ with (of those whose constants the training programs hold in ``named_word_share`
 ``constant_bonus``, a score β added to every constant label at inference (a tree of m constants gains m·β), which
 trades the prior of training's shorter programs for longer ones; and ``execution_guided`` (after Wang et al. 2018's
 execution-guided decoding): the best tree whose program runs on the database to a non-empty answer, among the
-``max_trees`` candidates (it hurts on GeoQuery, whose database answers some gold programs with the empty set).
+``max_trees`` candidates (it hurts on GeoQuery, whose database answers some gold programs with the empty set); and
+``lexicon_bounds_constants``, at inference: a constant over several words may not hold a named word (as above) unless
+a lexicon phrase holding that word names the constant, so "highest point in" cannot become ``population_1`` in one
+span, swallowing the words that name ``highest``, ``place`` and ``loc_2`` (on the authors' annotated LENGTH trees,
+9 of 520 training and 2 of 225 test trees have such a span).
 Where the constraints leave no tree that composes, decoding falls back to the chart without them;
 ``fallback_keeps_named_words`` first tries the chart with the named words kept and the function-word bar dropped.
 
@@ -75,6 +79,19 @@ FUNCTION_WORDS = ("is", "are", "the", "it", "which", "do", "does", "a", "?", "."
 
 def pad_mask(lengths: list[int], width: int) -> torch.Tensor:
     return (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+
+
+def foreign_constants(named: Sequence[int], allowed: Sequence[Sequence[int]], n: int, size: int) -> torch.Tensor:
+    """[n+1, n+1, size] True where ``lexicon_bounds_constants`` bars a constant: on every span (i, j) of two words or
+    more that holds the named word at ``named[w]``, each constant but ``allowed[w]``, those its phrases name."""
+    forbidden = torch.zeros(n + 1, n + 1, size, dtype=torch.bool)
+    start, end = torch.arange(n + 1)[:, None], torch.arange(n + 1)[None, :]
+    for position, constants in zip(named, allowed):
+        holding = (start <= position) & (position < end) & (end - start > 1)
+        others = torch.ones(size, dtype=torch.bool)
+        others[list(constants)] = False
+        forbidden |= holding[..., None] & others
+    return forbidden
 
 
 def manual_lexicon(formalism: str, lexicon: str = "ours") -> dict[str, list[str]]:
@@ -175,7 +192,7 @@ class SpanFeaturizer(Featurizer):
                                                                     self.language, self.categories)
         # the annotated tree as training labels (gold_trees) and as the labeled spans tree F1 compares
         item = {"n": len(tokens), "matches": matches, "program": example.program,
-                "constraints": self.constraints(tokens),
+                "constraints": self.constraints(tokens, matches),
                 "gold_labels": None if gold_tree is None else self.tree_labels(gold_tree, len(tokens)),
                 "gold_spans": None if gold_tree is None else frozenset(labeled_spans(gold_tree, self.categories))}
         if self.tokenizer is None:
@@ -205,13 +222,17 @@ class SpanFeaturizer(Featurizer):
                          piece_mask=pad_mask([len(item["ids"]) for item in items], batch["ids"].shape[1]))
         return batch
 
-    def constraints(self, tokens: list[str]) -> dict[str, list[int]]:
+    def constraints(self, tokens: list[str], matches: Sequence[tuple[int, int, int]] = ()) -> dict[str, list]:
         """The word positions the chart constrains (``SpanBasedParser._chart``): ``function_words``, where no
         constant may sit (with ``function_words``), and ``named_words``, single words the lexicon names a constant
-        with (``_reliably_named``), which no φ may cover (with ``cover_named_words``)."""
+        with (``_reliably_named``), which no φ may cover (with ``cover_named_words``); ``named_constants``, for each
+        named word, the constants that the lexicon phrases holding it name (``matches``: (i, j, constant) of the
+        phrases found in ``tokens``), for ``lexicon_bounds_constants``."""
+        named = [i for i, t in enumerate(tokens) if t in self.named_words]
         return {"function_words": [i for i, t in enumerate(tokens) if t in FUNCTION_WORDS] if self.function_words
                 else [],
-                "named_words": [i for i, t in enumerate(tokens) if t in self.named_words]}
+                "named_words": named,
+                "named_constants": [sorted({c for i, j, c in matches if i <= p < j}) for p in named]}
 
     def tree_labels(self, tree: cky.SpanNode, n: int) -> torch.Tensor:
         """[n+1, n+1] category of every span: its node's (a constant or join), φ for the rest."""
@@ -262,10 +283,13 @@ class SpanBasedParser(Parser):
                  lr: float = 1e-3, encoder_lr: float = 2e-5, gold_trees: bool = False,
                  share_entity_scores: bool = True, learn_lexicon_weight: bool = False, prune_ternary: bool = False,
                  distinct_scores: bool = False, constant_bonus: float = 0.0, execution_guided: bool = False,
-                 fallback_keeps_named_words: bool = False):
+                 fallback_keeps_named_words: bool = False, lexicon_bounds_constants: bool = False):
         super().__init__(featurizer, formalism)
         if encoder != featurizer.encoder:
             raise ValueError(f"span_cky: encoder {encoder!r} but the featurizer tokenizes for {featurizer.encoder!r}")
+        if lexicon_bounds_constants and not featurizer.cover_named_words:
+            raise ValueError("span_cky: model.params.lexicon_bounds_constants=true bounds constants by the words that "
+                             "model.featurizer.cover_named_words=true names: set that too")
         self.save_hyperparameters(ignore=["featurizer"])
         if encoder == "minilm":
             # from_pretrained returns the model in eval mode, and Lightning keeps modules' modes: train it
@@ -352,6 +376,10 @@ class SpanBasedParser(Parser):
         constant_scores = shifted[..., :featurizer.join]
         if composition is None and self.hparams.constant_bonus:
             constant_scores = constant_scores + self.hparams.constant_bonus
+        if composition is None and self.hparams.lexicon_bounds_constants and constraints.get("named_words"):
+            constant_scores = constant_scores.masked_fill(
+                foreign_constants(constraints["named_words"], constraints["named_constants"], n,
+                                  constant_scores.shape[-1]).to(constant_scores.device), float("-inf"))
         return cky.parse(constant_scores, shifted[..., featurizer.join], k=k or self.hparams.k,
                          ternary=self.hparams.ternary, composition=composition,
                          barred=cky.spans_holding(constraints.get("function_words", []), n),
@@ -424,7 +452,7 @@ class SpanBasedParser(Parser):
             return first[0], labeled_spans(chart.tree(first[1], 0, n), categories)
         if self.hparams.fallback_keeps_named_words and constraints and constraints.get("function_words") and \
                 constraints.get("named_words"):
-            return self.decode(scores, n, {"named_words": constraints["named_words"]})
+            return self.decode(scores, n, {**constraints, "function_words": []})
         if constraints and any(constraints.values()):
             return self.decode(scores, n)
         return "", None

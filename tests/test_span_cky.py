@@ -9,7 +9,7 @@ import torch
 from conftest import compose_run, needs_mirror
 from datamodules import read_splits
 from models import cky
-from models.span_cky import SpanBasedParser, SpanFeaturizer
+from models.span_cky import SpanBasedParser, SpanFeaturizer, foreign_constants
 from zoo.types import Example
 from zoo.formalisms import get_formalism
 from zoo.formalisms.geobase import GeoBase, read_prolog_facts
@@ -407,3 +407,45 @@ def test_the_fallback_can_drop_the_function_word_bar_before_the_named_words():
 
     assert decoded(False) == "answer ( stateid ( 'alaska' ) )"  # every constraint dropped: "have ?" left φ
     assert decoded(True) == "answer ( loc_1 ( stateid ( 'alaska' ) ) )"
+
+
+def test_the_lexicon_can_bar_a_constant_that_swallows_words_naming_others():
+    program = "answer ( highest ( place ( loc_2 ( stateid ( 'delaware' ) ) ) ) )"
+    train = [Example("what is the highest point in delaware ?", program, {})]
+    featurizer = SpanFeaturizer("funql", cover_named_words=True).fit(train)
+    item = featurizer.encode(train[0])
+    n, constraints, index = item["n"], item["constraints"], featurizer.categories.index
+    assert constraints["named_words"] == [3, 4, 5, 6]  # highest, point, in, delaware
+    assert index("highest") in constraints["named_constants"][0]
+    assert index("population_1") not in {c for named in constraints["named_constants"] for c in named}
+    scores = torch.full((n + 1, n + 1, len(featurizer.categories) + 2), float("-inf"))
+    scores[..., featurizer.phi] = scores[..., featurizer.join] = 0.0
+    scores[3, 6, index("population_1")] = 6.0  # "highest point in" as one constant, as a LENGTH model did
+    for start, constant in ((3, "highest"), (4, "place"), (5, "loc_2")):
+        scores[start, start + 1, index(constant)] = 1.0
+    scores[6, 7, index("stateid ( 'delaware' )")] = 5.0
+    for start in (3, 4, 5):  # the program's bracketing, ahead of the others that score the same constants
+        scores[start, 8, featurizer.join] = 0.1
+
+    def parser(bounds):
+        torch.manual_seed(0)
+        return SpanBasedParser(featurizer, "funql", embedding_dim=8, hidden_size=8, num_layers=1,
+                               lexicon_bounds_constants=bounds).eval()
+
+    with pytest.raises(ValueError, match="lexicon_bounds_constants=true bounds .*cover_named_words=true"):
+        SpanBasedParser(SpanFeaturizer("funql").fit(train), "funql", lexicon_bounds_constants=True)
+    assert parser(False).decode(scores, n, constraints)[0] == "answer ( population_1 ( stateid ( 'delaware' ) ) )"
+    assert parser(True).decode(scores, n, constraints)[0] == program
+    # hard-EM's search (training) is left as it was
+    composition = featurizer.composition("answer ( population_1 ( stateid ( 'delaware' ) ) )")
+    trained = [next(model._chart(scores, n, constraints, composition=composition, k=len(composition.table)).trees())
+               for model in (parser(False), parser(True))]
+    assert float(trained[0][0]) == float(trained[1][0]) == pytest.approx(11.1)
+
+
+def test_foreign_constants_bar_only_spans_of_several_words_over_a_named_word():
+    barred = foreign_constants([2], [[0, 3]], 4, 5)  # the word at 2 is named, by constants 0 and 3
+    assert barred.shape == (5, 5, 5)
+    assert not barred[2, 3].any()  # the word alone: the network decides
+    assert barred[1, 3].tolist() == [False, True, True, False, True] == barred[2, 4].tolist()
+    assert not barred[0, 2].any() and not barred[3, 4].any()  # spans without the word
