@@ -90,6 +90,7 @@ class Planned:
     results: Path
     multistage: bool
     stages: set[str]
+    checkpoint: Path | None = None  # the ckpt_path it tests or starts from (test_only decodings of another job)
     state: str = "new"  # new | done | rerun | blocked
     detail: str = ""
     action: list[str] = field(default_factory=list)  # what the command adds: resume=true, overwrite=true...
@@ -169,8 +170,8 @@ def compose_all(overrides: list[list[str]]) -> list[DictConfig]:
 def _stages(cfg: DictConfig) -> set[str]:
     """The stages a multi-stage run trains (zoo/ir/pipeline.py, zoo/retrieval.py), by name."""
     retrieval = cfg.get("retrieval", {}).get("name", "none")
-    if retrieval != "none":  # retrieval=input trains the first stage; gandr also the fold models (and its own)
-        return {"input"} if retrieval == "input" else {"input", "folds"}
+    if retrieval != "none":  # retrieval=input trains the first stage; gandr also any fold models (and its own)
+        return {"input", "folds"} if retrieval == "gandr" and cfg.retrieval.get("folds") else {"input"}
     if cfg.get("ir", "none") != "none":
         from zoo.ir.pipeline import PIPELINES
 
@@ -189,8 +190,10 @@ def planned(overrides: list[str], cfg: DictConfig) -> Planned:
     run_dir = run_dir if run_dir.is_absolute() else REPO / run_dir
     results = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
     stages = _stages(cfg)
+    checkpoint = None if cfg.ckpt_path in (None, "last", "best") else Path(cfg.ckpt_path)
     return Planned(overrides, settings, f"{cfg.model.get('dir_name') or cfg.model.name}-{variant}", run_dir,
-                   results if results.is_absolute() else REPO_ROOT / results, bool(stages), stages)
+                   results if results.is_absolute() else REPO_ROOT / results, bool(stages), stages,
+                   checkpoint if checkpoint is None or checkpoint.is_absolute() else REPO / checkpoint)
 
 
 def row_settings(row: Row) -> tuple[dict[str, str], str]:
@@ -269,12 +272,15 @@ def classify(job: Planned, rows: list[Row], commit: str, any_commit: bool) -> No
         job.action, job.detail = ["overwrite=true"], f"trains again (last at {newest.get('git_commit', '?')})"
 
 
-def stage_needs(jobs: list[Planned]) -> None:
-    """A multi-stage job waits for the earlier jobs of the same model, data and seed that share one of its stages."""
+def find_needs(jobs: list[Planned]) -> None:
+    """A multi-stage job waits for the earlier jobs of the same model, data and seed that share one of its stages,
+    and a job given a checkpoint (``ckpt_path=runs/...``) for the earlier job that trains in that run directory."""
     for k, job in enumerate(jobs):
         group = (job.settings["model"], job.settings["data"], job.settings["seed"])
-        job.needs = [other.name for other in jobs[:k] if other.stages & job.stages and other.state in ("new", "rerun")
-                     and (other.settings["model"], other.settings["data"], other.settings["seed"]) == group]
+        job.needs = [other.name for other in jobs[:k] if other.state in ("new", "rerun") and (
+            other.stages & job.stages and (other.settings["model"], other.settings["data"],
+                                           other.settings["seed"]) == group
+            or job.checkpoint is not None and other.run_dir in job.checkpoint.parents)]
 
 
 def plan(suite: DictConfig, extra: list[str] = (), results: Path | None = None, commit: str | None = None,
@@ -297,7 +303,7 @@ def plan(suite: DictConfig, extra: list[str] = (), results: Path | None = None, 
         if job.results not in tables:
             tables[job.results] = read_rows(job.results)
         classify(job, tables[job.results], commit, any_commit)
-    stage_needs(jobs)
+    find_needs(jobs)
     return jobs
 
 

@@ -185,6 +185,18 @@ def test_a_plan_composes_each_job_and_orders_shared_stages(tmp_path, monkeypatch
         suite.plan(OmegaConf.create({"runs": [{"data": "nope"}]}), commit="x")  # named in one line, per job
 
 
+def test_a_decoding_waits_for_the_job_that_trains_its_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
+    trained = "${zoo_env:ZOO_RUNS,runs}/seq2seq-baseline-train32-eval8/${data.name}/seed${seed}/checkpoints/best.ckpt"
+    entries = OmegaConf.create({"runs": [
+        {"model": "seq2seq", "data": ["scan_simple", "scan_length"], "seeds": [1]},
+        {"model": "seq2seq", "data": ["scan_simple", "scan_length"], "seeds": [1],
+         "overrides": ["model.variant=greedy", "test_only=true", f"ckpt_path={trained}"]}]})
+    jobs = suite.plan(entries, ["debug=smoke"], tmp_path / "runs.csv", commit="abc1234567")
+    assert [j.needs for j in jobs] == [[], [], [jobs[0].name], [jobs[1].name]]
+    assert jobs[2].checkpoint == jobs[0].run_dir / "checkpoints" / "best.ckpt"
+
+
 def test_main_skips_what_finished_runs_nothing_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
     started = []
