@@ -146,3 +146,24 @@ def test_a_variable_set_but_empty_is_unset_for_runs_and_readers_alike(tmp_path, 
     cfg = composed()
     assert results_path(cfg, tmp_path / "run") == results.runs_file() == tmp_path / "runs.csv"
     assert cfg.ir_stages_dir == str(tmp_path / "runs" / "ir-stages")
+
+
+def test_merge_appends_the_rows_a_table_lacks_once(tmp_path):
+    """A GPU machine's results file, copied back, joins the runs table: new runs once, known runs never again."""
+    run = {"time": "2026-12-02T10:00:00+00:00", "git_commit": "abc", "model": "ggd", "variant": "ggd",
+           "backbone": "bilstm", "data": "cfq_mcd1", "seed": "1", "run_dir": "/tmp/zoo-runs/ggd/seed1"}
+    target, source = tmp_path / "runs.csv", tmp_path / "device.csv"
+    append_row(target, {**run, "note": "measured here"})
+    append_row(source, {**run, "hardware": "NVIDIA H200"})  # the same run: not appended again
+    append_row(source, {**run, "seed": "2", "run_dir": "/tmp/zoo-runs/ggd/seed2", "hardware": "NVIDIA H200"})
+    assert results.merge_rows(source, target) == 1
+    assert results.merge_rows(source, target) == 0
+    rows = read_rows(target)
+    assert [(r["seed"], r["note"], r["hardware"]) for r in rows] == [("1", "measured here", ""),
+                                                                   ("2", "", "NVIDIA H200")]
+    command = [sys.executable, str(REPO / "benchmarks" / "merge_results.py"), str(source), str(target)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.startswith("0 rows of")
+    source.write_text("time,model\n2026,ggd,extra\n")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {source}:1: no column 'variant'")

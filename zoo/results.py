@@ -330,3 +330,18 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     with _atomic_writer(Path(path)) as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def merge_rows(source: str | Path, target: str | Path) -> int:
+    """Append to ``target`` each row of ``source`` that it does not hold yet (a run is the same run when its time,
+    commit, model, variant, backbone, data, seed and run directory agree): the rows of runs made on another machine,
+    such as a GPU machine's results file copied back. Returns how many were appended; merging twice appends none."""
+    identity = ("time", "git_commit", *RUN_KEYS, "run_dir")
+    held = {tuple(row.get(key, "") for key in identity) for row in read_rows(target)}
+    added = 0
+    for row in read_rows(source, required=("time", *RUN_KEYS)):
+        if tuple(row.get(key, "") for key in identity) not in held:
+            append_row(target, dict(row))
+            added += 1
+    return added
+
