@@ -344,4 +344,3 @@ def merge_rows(source: str | Path, target: str | Path) -> int:
             append_row(target, dict(row))
             added += 1
     return added
-

@@ -5,8 +5,8 @@ The IR pipelines (``zoo.ir.pipeline``) and GandR (``zoo.retrieval``) train sever
 hash of everything that determines it (model, data, trainer, seed, and the method's own settings), so any run that
 needs the same stage with the same settings reuses it. A stage is finished when its ``runs.csv`` holds its row; an
 interrupted one resumes with ``ckpt_path=last`` like any run. Runs side by side that need a stage nobody has
-trained yet take turns on a lock file in its directory (``fcntl.flock``, POSIX): one trains it, the others reuse it. The method's run then combines the stages' rows into
-its own results row (``combined_row``).
+trained yet take turns on a lock file in its directory (``fcntl.flock``, POSIX): one trains it, the others reuse it.
+The method's run then combines the stages' rows into its own results row (``combined_row``).
 """
 from __future__ import annotations
 
