@@ -51,15 +51,19 @@ def recall_table(recall: pd.DataFrame) -> list[str]:
     out = ["## Template recall@k on the validation split (%)", "",
            "Share of validation examples with at least one of the top k exemplars sharing the gold program's "
            "template (values masked). Hybrid: GandR's relevance on stage 1's preliminary predictions.", "",
-           "| data | k | alpha | seed | n | input | output (oracle) | hybrid |", "|---|---|---|---|---|---|---|---|"]
+           "| data | protocol | k | alpha | seed | n | input | output (oracle) | hybrid |",
+           "|---|---|---|---|---|---|---|---|---|"]
     def cell(value, form="{:.1f}", scale=100):  # rows of python -m zoo.retrieval recall have no alpha, seed, hybrid
         return "–" if pd.isna(value) else form.format(scale * value)
 
-    recall = recall.reindex(columns=[*RECALL_COLUMNS, "subsample", "alpha", "seed", "recall_hybrid"])
-    for row in recall.sort_values(["data", "subsample", "alpha", "seed"]).itertuples():
+    # rows from before the protocol was recorded (December 2) have none: those GandR rows ran gandr_cpu_short
+    recall = recall.reindex(columns=[*RECALL_COLUMNS, "subsample", "alpha", "seed", "recall_hybrid", "protocol"])
+    recall["protocol"] = recall["protocol"].fillna("")
+    for row in recall.sort_values(["data", "subsample", "protocol", "alpha", "seed"]).itertuples():
         data = f"{row.data} ({row.subsample})" if isinstance(row.subsample, str) and row.subsample else row.data
-        out.append(f"| {data} | {row.k} | {cell(row.alpha, '{:g}', 1)} | {cell(row.seed, '{:.0f}', 1)} | {row.n} | "
-                   f"{cell(row.recall_input)} | {cell(row.recall_output_oracle)} | {cell(row.recall_hybrid)} |")
+        out.append(f"| {data} | {row.protocol or '–'} | {row.k} | {cell(row.alpha, '{:g}', 1)} | "
+                   f"{cell(row.seed, '{:.0f}', 1)} | {row.n} | {cell(row.recall_input)} | "
+                   f"{cell(row.recall_output_oracle)} | {cell(row.recall_hybrid)} |")
     return out + [""]
 
 

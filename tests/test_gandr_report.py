@@ -44,9 +44,10 @@ def test_report_tables_and_alpha_plot(tmp_path):
         {**run("baseline", 0.4, data="scan_simple"), "protocol": "other"},  # no retrieval run under this protocol
         run("baseline", 0.3, data="scan_length")])  # nor on this dataset
     recall = {"data": "geo_sql_iid", "subsample": "", "split": "val", "n": 49, "k": 4, "alpha": 0.5, "seed": 1,
-              "recall_input": 0.6, "recall_output_oracle": 0.8, "recall_hybrid": 0.7}
+              "protocol": "gandr_cpu_short", "recall_input": 0.6, "recall_output_oracle": 0.8, "recall_hybrid": 0.7}
     # a row of python -m zoo.retrieval recall: no preliminary predictions, so no alpha, seed or hybrid
-    cli = {**recall, "data": "cfq_mcd1", "subsample": "sample1000", "alpha": "", "seed": "", "recall_hybrid": ""}
+    cli = {**recall, "data": "cfq_mcd1", "subsample": "sample1000", "alpha": "", "seed": "", "recall_hybrid": "",
+           "protocol": ""}
     write_csv(tmp_path / "recall.csv", [recall, cli])
     out, plot = tmp_path / "gandr.md", tmp_path / "alpha.png"
     gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
@@ -57,8 +58,8 @@ def test_report_tables_and_alpha_plot(tmp_path):
     assert "**75.0** ± 7.1 (n=2) †1 ·" in text  # mean ± std over seeds; one of the two had not converged
     assert "| atis_sql_iid (sample1000) |  |  | **30.0** (n=1)" in text
     assert "scan_simple" not in text and "protocol other" not in text and "scan_length" not in text
-    assert "| geo_sql_iid | 4 | 0.5 | 1 | 49 | 60.0 | 80.0 | 70.0 |" in text
-    assert "| cfq_mcd1 (sample1000) | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
+    assert "| geo_sql_iid | gandr_cpu_short | 4 | 0.5 | 1 | 49 | 60.0 | 80.0 | 70.0 |" in text
+    assert "| cfq_mcd1 (sample1000) | – | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
     assert "| geo_sql_iid | input_tfidf-k4 | t5-mini-scratch | 1 | 1 / 3 | 1 / 1 | 1 / 2 |" in text
     assert gandr_report.exemplar_programs("x || a & b c || d & e") == ["b c", "e"]
     assert plot.read_bytes()[:4] == b"\x89PNG" and "alpha.png" in text
@@ -83,7 +84,7 @@ def test_run_dirs_relative_to_the_repository_and_a_recall_table_without_hybrid(t
                        "--copying", str(tmp_path / "copying.csv")])
     text = out.read_text()
     assert "| geo_sql_iid | input_tfidf-k4 | t5 | 1 | 1 / 1 | 1 / 1 | 0 / 0 |" in text
-    assert "| cfq_mcd1 | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
+    assert "| cfq_mcd1 | – | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
 
 
 @pytest.mark.parametrize("script", ["gandr_report", "ir_table"])

@@ -12,7 +12,7 @@ from zoo import split_variant
 from zoo.formalisms import FormalismError, get_formalism
 from zoo.results import read_rows
 from zoo.retrieval import (Exemplars, Retriever, RetrievalError, SampledExemplars, check_settings, fold_parts,
-                           sample_ranks, template_recall, with_exemplars)
+                           record_template_recall, sample_ranks, template_recall, with_exemplars)
 from zoo.launch import run
 from zoo.train import RunConfigError
 from zoo.types import Example
@@ -289,3 +289,14 @@ def test_recall_command_says_which_data_files_are_missing(tmp_path, monkeypatch)
     monkeypatch.setenv("ZOO_DATA", str(tmp_path))
     with pytest.raises(SystemExit, match="^error: dataset 'geo_sql_iid' is missing"):
         main(["recall", "--data", "geo_sql_iid", "--results", ""])
+
+
+def test_template_recall_rows_of_two_protocols_are_kept_apart(tmp_path):
+    """Hybrid recall depends on the stage-1 model a protocol trains: a row replaces only its own protocol's."""
+    results = tmp_path / "runs.csv"
+    row = {"data": "geo_sql_iid", "subsample": "", "split": "val", "n": 49, "k": 4, "alpha": 0.5, "seed": 1,
+           "recall_input": 0.6, "recall_output_oracle": 0.8}
+    for protocol, hybrid in (("gandr_cpu_short", 0.63), ("seq2seq_grid_cpu", 0.67), ("seq2seq_grid_cpu", 0.69)):
+        record_template_recall(str(results), {**row, "protocol": protocol, "recall_hybrid": hybrid})
+    assert [(r["protocol"], r["recall_hybrid"]) for r in read_rows(tmp_path / "template_recall.csv")] == [
+        ("gandr_cpu_short", "0.63"), ("seq2seq_grid_cpu", "0.69")]

@@ -279,7 +279,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         preliminary, seconds = preliminary_predictions(stage1_dir, first, fold_dirs, train, val, test, batch_size)
         details["template_recall"] = {
             "data": cfg.data.name, "subsample": (cfg.get("subsample") or "").lstrip("-"), "split": "val",
-            "n": len(val), "k": k, "alpha": settings.alpha, "seed": cfg.seed,
+            "n": len(val), "k": k, "alpha": settings.alpha, "seed": cfg.seed, "protocol": cfg.get("protocol") or "",
             **template_recalls(train, val, formalism, k, preliminary["val"], settings.alpha)}
         record_template_recall(cfg.results_file, details["template_recall"])
         hybrid = Exemplars(train, formalism, k, p, cfg.seed, settings.alpha, preliminary)
@@ -375,9 +375,10 @@ def template_recall_path(results_file: str | None) -> Path | None:
 
 def record_template_recall(results_file: str | None, row: dict[str, Any]) -> None:
     """Append a row of template recalls to ``template_recall.csv`` beside the results file (none for debug=smoke),
-    replacing the earlier row of the same dataset, subsample, k, alpha and seed."""
+    replacing the earlier row of the same dataset, subsample, k, alpha, seed and protocol (hybrid recall depends on
+    the stage-1 model that the protocol trains; the rows of the ``recall`` command have none)."""
     if path := template_recall_path(results_file):
-        append_row(path, row, replacing=("data", "subsample", "k", "alpha", "seed"))
+        append_row(path, row, replacing=("data", "subsample", "k", "alpha", "seed", "protocol"))
 
 
 def data_entry(entry: str) -> tuple[str, dict[str, int]]:
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
                                                          data_options.get("train_limit_seed", 0),
                                                          data_options.get("limit_train"),
                                                          data_options.get("limit_eval")).lstrip("-"),
-                   "split": "val", "n": len(datamodule.val), "k": args.k, "alpha": "", "seed": "",
+                   "split": "val", "n": len(datamodule.val), "k": args.k, "alpha": "", "seed": "", "protocol": "",
                    **template_recalls(datamodule.train, datamodule.val, get_formalism(formalism), args.k)}
             record_template_recall(args.results, row)
             print(", ".join(f"{key} {value}" for key, value in row.items()))
