@@ -8,7 +8,9 @@
   output (oracle: the gold program) and hybrid retrieval.
 - Copying: per run, how many test examples have their gold program among the exemplars' programs, and how many
   of those, and of the others, the model gets right (from each run's predictions.jsonl, into
-  results/gandr_exemplars.csv).
+  results/gandr_exemplars.csv). A run's predictions count only while its run directory holds its own (a later run of
+  the same variant and seed, under another protocol, rewrites them); the rows of runs whose predictions are gone
+  stay as the file had them.
 - The alpha sweep: test exact match against the weight of output similarity, one line per dataset and backbone
   with at least two alphas (alpha = 0 is input similarity with GandR's two stages, the equal-compute control),
   beside the same dataset's no-retrieval (dashed) and input-retrieval (dotted) runs.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import matplotlib
@@ -72,21 +75,41 @@ def exemplar_programs(augmented: str) -> list[str]:
     return [segment.split(" & ", 1)[1] for segment in augmented.split(" || ")[1:] if " & " in segment]
 
 
-def copying(runs: pd.DataFrame) -> list[dict]:
-    """Per retrieval run whose predictions are on disk: gold programs among the exemplars, and exact matches."""
-    rows = []
+COPYING_KEYS = ("variant", "backbone", "data", "seed", "protocol")
+
+
+def own_predictions(run) -> Path | None:
+    """The run's predictions.jsonl, if its run directory still holds the run's own: a run writes them just before
+    its row, so a file written later is a later run's (None then, and without a file)."""
+    path = path_from_row(str(run.run_dir)) / "predictions.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        finished = datetime.fromisoformat(str(run.time)).timestamp()
+    except (AttributeError, ValueError):  # a row without a time: the file is taken as its own
+        return path
+    return None if path.stat().st_mtime > finished + 60 else path
+
+
+def copying(runs: pd.DataFrame, earlier: list[dict] = ()) -> list[dict]:
+    """Per retrieval run whose predictions are on disk: gold programs among the exemplars, and exact matches; the
+    ``earlier`` rows (of the copying file) of the runs whose predictions are not."""
+    rows = {}
+    for row in earlier:
+        rows[tuple(str(row[key]) for key in COPYING_KEYS)] = dict(row)
     for run in runs[runs["variant"].astype(str).str.match(r"input_tfidf|gandr")].itertuples():
-        path = path_from_row(str(run.run_dir)) / "predictions.jsonl"
-        if not path.is_file():
+        path = own_predictions(run)
+        if path is None:
             continue
         predictions = read_predictions(path)
         hit = [p["gold"] in exemplar_programs(p["utterance"]) for p in predictions]
-        rows.append({"variant": run.variant, "backbone": run.backbone, "data": run.data, "seed": run.seed,
-                     "protocol": run.protocol, "n_test": len(predictions), "gold_in_exemplars": sum(hit),
-                     "correct": sum(p["correct"] for p in predictions),
-                     "correct_with_gold_in_exemplars": sum(p["correct"] and h for p, h in zip(predictions, hit)),
-                     "correct_without": sum(p["correct"] and not h for p, h in zip(predictions, hit))})
-    return rows
+        row = {"variant": run.variant, "backbone": run.backbone, "data": run.data, "seed": run.seed,
+               "protocol": run.protocol, "n_test": len(predictions), "gold_in_exemplars": sum(hit),
+               "correct": sum(p["correct"] for p in predictions),
+               "correct_with_gold_in_exemplars": sum(p["correct"] and h for p, h in zip(predictions, hit)),
+               "correct_without": sum(p["correct"] and not h for p, h in zip(predictions, hit))}
+        rows[tuple(str(row[key]) for key in COPYING_KEYS)] = row
+    return list(rows.values())
 
 
 def copying_table(rows: list[dict]) -> list[str]:
@@ -95,8 +118,8 @@ def copying_table(rows: list[dict]) -> list[str]:
            "and among the others (results/gandr_exemplars.csv).", "",
            "| data | variant | backbone | seed | gold among exemplars | right, gold among them | right, gold not among them |",
            "|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["data"], r["variant"], r["backbone"], r["seed"])):
-        rest = r["n_test"] - r["gold_in_exemplars"]
+    for r in sorted(rows, key=lambda r: tuple(str(r[key]) for key in ("data", "variant", "backbone", "seed"))):
+        rest = int(r["n_test"]) - int(r["gold_in_exemplars"])  # (cells of the earlier file are text)
         out.append(f"| {r['data']} | {r['variant']} | {r['backbone']} | {r['seed']} | {r['gold_in_exemplars']} / "
                    f"{r['n_test']} | {r['correct_with_gold_in_exemplars']} / {r['gold_in_exemplars']} | "
                    f"{r['correct_without']} / {rest} |")
@@ -165,8 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.recall.is_file():
         text += "\n" + "\n".join(recall_table(pd.read_csv(args.recall, dtype={"subsample": str})))
     try:
-        copied = copying(runs)
-    except ResultsFileError as e:  # a damaged predictions.jsonl
+        copied = copying(runs, read_rows(args.copying))
+    except ResultsFileError as e:  # a damaged predictions.jsonl or copying file
         sys.exit(f"error: {e}")
     if copied:
         write_rows(args.copying, copied)

@@ -2,11 +2,15 @@
 import csv
 import json
 import importlib.util
+import os
 import sys
+import time
+from datetime import datetime, timezone
 
 import pytest
 
 from conftest import REPO
+from zoo.results import read_rows
 
 _spec = importlib.util.spec_from_file_location("gandr_report", REPO / "benchmarks" / "gandr_report.py")
 gandr_report = sys.modules["gandr_report"] = importlib.util.module_from_spec(_spec)
@@ -85,6 +89,34 @@ def test_run_dirs_relative_to_the_repository_and_a_recall_table_without_hybrid(t
     text = out.read_text()
     assert "| geo_sql_iid | input_tfidf-k4 | t5 | 1 | 1 / 1 | 1 / 1 | 0 / 0 |" in text
     assert "| cfq_mcd1 | – | 4 | – | – | 49 | 60.0 | 80.0 | – |" in text
+
+
+def test_copying_keeps_the_counts_of_runs_whose_predictions_a_later_run_replaced(tmp_path):
+    """Two protocols' runs of one variant and seed share a run directory: the later run's predictions must not be
+    counted as the earlier run's, whose counts stay as the copying file had them."""
+    run_dir = tmp_path / "runs" / "input_tfidf-k4" / "geo_sql_iid" / "seed1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "predictions.jsonl").write_text(json.dumps(
+        {"utterance": "q || a & SELECT 1 ;", "gold": "SELECT 1 ;", "prediction": "SELECT 1 ;", "correct": True}) + "\n")
+    now = time.time()
+    os.utime(run_dir / "predictions.jsonl", (now, now))
+
+    def row(backbone, protocol, when):
+        return {"time": datetime.fromtimestamp(when, timezone.utc).isoformat(), "model": "seq2seq",
+                "variant": "input_tfidf-k4", "backbone": backbone, "data": "geo_sql_iid", "seed": 1,
+                "protocol": protocol, "test_exact_match": 0.5, "train_seconds": 60, "train_examples_per_s": 10,
+                "run_dir": str(run_dir)}
+
+    write_csv(tmp_path / "runs.csv", [row("t5", "gandr_cpu_short", now - 86400), row("bart", "grid", now + 5)])
+    write_csv(tmp_path / "copying.csv", [{"variant": "input_tfidf-k4", "backbone": "t5", "data": "geo_sql_iid",
+                                          "seed": 1, "protocol": "gandr_cpu_short", "n_test": 279,
+                                          "gold_in_exemplars": 166, "correct": 131,
+                                          "correct_with_gold_in_exemplars": 128, "correct_without": 3}])
+    gandr_report.main(["--runs", str(tmp_path / "runs.csv"), "--recall", str(tmp_path / "recall.csv"),
+                       "--out", str(tmp_path / "gandr.md"), "--plot", str(tmp_path / "alpha.png"),
+                       "--copying", str(tmp_path / "copying.csv")])
+    counts = {(r["backbone"], r["n_test"], r["correct"]) for r in read_rows(tmp_path / "copying.csv")}
+    assert counts == {("t5", "279", "131"), ("bart", "1", "1")}
 
 
 @pytest.mark.parametrize("script", ["gandr_report", "ir_table"])
