@@ -75,7 +75,9 @@ def exemplar_programs(augmented: str) -> list[str]:
     return [segment.split(" & ", 1)[1] for segment in augmented.split(" || ")[1:] if " & " in segment]
 
 
-COPYING_KEYS = ("variant", "backbone", "data", "seed", "protocol")
+def copying_key(row) -> tuple[str, ...]:
+    """What names a run in the copying file (its cells are text there)."""
+    return tuple(str(row[key]) for key in ("variant", "backbone", "data", "seed", "protocol"))
 
 
 def own_predictions(run) -> Path | None:
@@ -94,9 +96,7 @@ def own_predictions(run) -> Path | None:
 def copying(runs: pd.DataFrame, earlier: list[dict] = ()) -> list[dict]:
     """Per retrieval run whose predictions are on disk: gold programs among the exemplars, and exact matches; the
     ``earlier`` rows (of the copying file) of the runs whose predictions are not."""
-    rows = {}
-    for row in earlier:
-        rows[tuple(str(row[key]) for key in COPYING_KEYS)] = dict(row)
+    rows = {copying_key(row): dict(row) for row in earlier}
     for run in runs[runs["variant"].astype(str).str.match(r"input_tfidf|gandr")].itertuples():
         path = own_predictions(run)
         if path is None:
@@ -108,7 +108,7 @@ def copying(runs: pd.DataFrame, earlier: list[dict] = ()) -> list[dict]:
                "correct": sum(p["correct"] for p in predictions),
                "correct_with_gold_in_exemplars": sum(p["correct"] and h for p, h in zip(predictions, hit)),
                "correct_without": sum(p["correct"] and not h for p, h in zip(predictions, hit))}
-        rows[tuple(str(row[key]) for key in COPYING_KEYS)] = row
+        rows[copying_key(row)] = row
     return list(rows.values())
 
 

@@ -116,8 +116,8 @@ def test_graphq_pipeline_scores_the_compiled_sparql(tmp_path):
 
 
 def test_runs_that_need_one_stage_at_once_train_it_once(tmp_path, monkeypatch):
-    """Two processes (here threads, each with its own lock file handle) asking for one stage: one trains it, the
-    other waits for it and reads its row."""
+    """Two processes (here threads, each opening the stage directory for its lock) asking for one stage: one trains
+    it, the other waits for it and reads its row."""
     import threading
 
     import zoo.train

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import gzip
 import hashlib
 import http.client
@@ -51,7 +50,7 @@ from typing import IO, Callable, Collection, Iterator
 
 from tqdm import tqdm
 
-from zoo.results import atomic_path
+from zoo.results import atomic_path, locked_directory
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +307,9 @@ def download(
     entries = _select(CATALOG[family], family, files)
     report = DownloadReport(family, root)
     try:
-        with _locked(root):
+        # while the lock is held no other download writes there: a temporary file found beside a target is a
+        # killed download's
+        with locked_directory(root):
             _download(entries, root, mirror, force, report)
     except OSError as e:  # network errors are DownloadErrors already: this is the local disk
         raise DownloadError(f"cannot write the download under {root}: {e}") from e
@@ -334,19 +335,6 @@ def _download(entries: tuple[RemoteFile, ...], root: Path, mirror: str | None, f
         else:
             _extract(archive, wanted, root, mirror, report)
         report.fetched += [entry.dest for entry in wanted]
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """An exclusive lock on the data root (on the directory itself, so no lock file is left behind): while it is
-    held no other download writes there, so a temporary file found beside a target is a killed download's."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _remove_stale_temporaries(target: Path) -> None:

@@ -248,6 +248,20 @@ def _unclosed_quote(line: str) -> int | None:
         i, cell = i + 1, cell + 1
 
 
+@contextmanager
+def locked_directory(directory: Path) -> Iterator[None]:
+    """An exclusive lock on ``directory`` itself (created if need be; no lock file is left behind), held until the
+    block ends: processes that write into one directory (a data root being downloaded, a stage being trained) take
+    turns there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def append_row(path: str | Path, row: dict[str, Any], replacing: Sequence[str] = ()) -> None:
     """Append ``row`` to a CSV whose header grows to the union of all rows' keys (old rows get empty cells). With
     ``replacing`` (column names), an earlier row that agrees with ``row`` on all of them is dropped: for tables of

@@ -5,12 +5,11 @@ The IR pipelines (``zoo.ir.pipeline``) and GandR (``zoo.retrieval``) train sever
 hash of everything that determines it (model, data, trainer, seed, and the method's own settings), so any run that
 needs the same stage with the same settings reuses it. A stage is finished when its ``runs.csv`` holds its row; an
 interrupted one resumes with ``ckpt_path=last`` like any run. Runs side by side that need a stage nobody has
-trained yet take turns on a lock file in its directory (``fcntl.flock``, POSIX): one trains it, the others reuse it.
-The method's run then combines the stages' rows into its own results row (``combined_row``).
+trained yet take turns on a lock on its directory (``zoo.results.locked_directory``, POSIX): one trains it, the
+others reuse it. The method's run then combines the stages' rows into its own results row (``combined_row``).
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -21,7 +20,7 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from zoo.results import path_for_row, read_rows
+from zoo.results import locked_directory, path_for_row, read_rows
 from zoo.types import Example, Rewrite
 
 log = logging.getLogger(__name__)
@@ -72,11 +71,9 @@ def run_stage(cfg: DictConfig, name: str, stage_dir: Path, rewrite: Rewrite, for
     from zoo.train import RunConfigError, train_and_test
 
     done = stage_dir / "runs.csv"
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    with open(stage_dir / ".lock", "w") as lock:
-        # runs side by side that need one stage (GandR's alphas, its fold models) train it once: the others wait
-        # here until it is done, then find its row
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # runs side by side that need one stage (GandR's alphas, its fold models) train it once: the others wait here
+    # until it is done, then find its row
+    with locked_directory(stage_dir):
         if cfg.overwrite and done.exists():
             done.unlink()
         if done.exists():
@@ -101,7 +98,6 @@ def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | N
         stage_cfg.trainer.max_steps = max_steps
     last = stage_dir / "checkpoints" / "last.ckpt"
     stage_cfg.ckpt_path = "last" if cfg.ckpt_path == "last" and last.exists() else None
-    stage_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(stage_cfg, stage_dir / "config.yaml")
     return stage_cfg
 
