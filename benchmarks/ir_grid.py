@@ -45,7 +45,7 @@ def method_jobs(grid: str, alphas: list[float]) -> list[tuple[str, list[str], li
     # retrieval=input trains stage 1 (and, with retrieval.folds, the fold models) alone; every alpha then trains
     # only its own stage 2, so the alphas can run side by side
     return [("input", ["retrieval=input"], []), ("none", ["retrieval=none"], [])] + [
-        (f"gandr-a{a:g}", ["retrieval=gandr", f"retrieval.alpha={a}"], ["input"]) for a in alphas]
+        (f"gandr-a{a:g}", ["retrieval=gandr", f"retrieval.alpha={a:g}"], ["input"]) for a in alphas]
 
 
 def grid_jobs(data: list[str], models: list[str], seed: int, overrides: list[str], grid: str = "ir",

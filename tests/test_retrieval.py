@@ -12,7 +12,8 @@ from zoo import split_variant
 from zoo.formalisms import FormalismError, get_formalism
 from zoo.results import read_rows
 from zoo.retrieval import (Exemplars, Retriever, RetrievalError, SampledExemplars, check_settings, fold_parts,
-                           record_template_recall, sample_ranks, template_recall, with_exemplars)
+                           gandr_stage_directory, record_template_recall, sample_ranks, template_recall,
+                           with_exemplars)
 from zoo.launch import run
 from zoo.train import RunConfigError
 from zoo.types import Example
@@ -146,6 +147,15 @@ def test_fold_parts_cover_the_training_set_once():
     parts = fold_parts(11, 3, seed=1)
     assert sorted(i for part in parts for i in part) == list(range(11))
     assert [len(p) for p in parts] == [4, 4, 3] and parts == fold_parts(11, 3, seed=1)
+
+
+def test_an_alpha_names_one_stage_directory_however_it_is_written(tmp_path):
+    def directory(alpha):
+        cfg = compose_run("retrieval=gandr", f"retrieval.alpha={alpha}")
+        return gandr_stage_directory(cfg, tmp_path, cfg.retrieval)
+
+    assert directory("1") == directory("1.0") != directory("0.5")
+    assert directory("0") == directory("0.0")
 
 
 def test_subsample_variants_and_their_inverse():

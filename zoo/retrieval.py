@@ -208,6 +208,14 @@ def fold_parts(n: int, folds: int, seed: int) -> list[list[int]]:
     return [sorted(order[f::folds]) for f in range(folds)]
 
 
+def gandr_stage_directory(cfg: DictConfig, root: str | Path, settings: DictConfig) -> Path:
+    """The directory of GandR's stage 2 for these retrieval ``settings``."""
+    # alpha=1 and alpha=1.0 train the same stage and must share its directory (written as the int, as it first was)
+    alpha = int(settings.alpha) if float(settings.alpha).is_integer() else settings.alpha
+    return stage_directory(cfg, root, "gandr", {"k": settings.k, "p": settings.p, "alpha": alpha,
+                                                "folds": settings.folds, "continue_steps": settings.continue_steps})
+
+
 def check_settings(settings: DictConfig, train: list[Example], formalism: Formalism, data: str) -> None:
     """Refuse, before any training, settings that cannot work on this training set."""
     name, k, p, alpha, folds = settings.name, settings.k, settings.p, settings.alpha, settings.folds
@@ -283,8 +291,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
             **template_recalls(train, val, formalism, k, preliminary["val"], settings.alpha)}
         record_template_recall(cfg.results_file, details["template_recall"])
         hybrid = Exemplars(train, formalism, k, p, cfg.seed, settings.alpha, preliminary)
-        stage2_dir = stage_directory(cfg, root, "gandr", {"k": k, "p": p, "alpha": settings.alpha, "folds": folds,
-                                                          "continue_steps": settings.continue_steps})
+        stage2_dir = gandr_stage_directory(cfg, root, settings)
         stage_rows.append(run_stage(cfg, "gandr", stage2_dir, hybrid, init_from=str(stage_checkpoint(stage1_dir)),
                                     max_steps=settings.continue_steps))
         stage_dirs.append(stage2_dir)
