@@ -69,7 +69,7 @@ from jobs import Job, run_jobs  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 import zoo  # noqa: E402,F401  (registers the configs' resolvers)
-from zoo import split_variant  # noqa: E402
+from zoo import run_variant, split_variant  # noqa: E402
 from zoo.results import REPO_ROOT, ResultsFileError, Row, read_rows  # noqa: E402
 
 SUITES = REPO / "configs" / "suite"
@@ -168,7 +168,9 @@ def compose_all(overrides: list[list[str]]) -> list[DictConfig]:
 
 
 def _stages(cfg: DictConfig) -> set[str]:
-    """The stages a multi-stage run trains (zoo/ir/pipeline.py, zoo/retrieval.py), by name."""
+    """The stages a multi-stage run trains (zoo/ir/pipeline.py, zoo/retrieval.py, zoo/augment.py), by name."""
+    if cfg.get("augment", {}).get("name", "none") != "none":  # every ratio shares the first parser
+        return {"trees"}
     retrieval = cfg.get("retrieval", {}).get("name", "none")
     if retrieval != "none":  # retrieval=input trains the first stage; gandr also any fold models (and its own)
         return {"input", "folds"} if retrieval == "gandr" and cfg.retrieval.get("folds") else {"input"}
@@ -182,7 +184,7 @@ def _stages(cfg: DictConfig) -> set[str]:
 def planned(overrides: list[str], cfg: DictConfig) -> Planned:
     from zoo.ir import row_definition
 
-    variant = f"{cfg.model.variant}{cfg.subsample}"
+    variant = run_variant(cfg)
     settings = {"model": cfg.model.name, "variant": variant, "data": cfg.data.name, "seed": str(cfg.seed),
                 "protocol": str(cfg.get("protocol") or ""),
                 "ir_definition": row_definition(split_variant(variant)[0], cfg.get("ir_definition"))}

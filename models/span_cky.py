@@ -393,15 +393,20 @@ class SpanBasedParser(Parser):
         None where an example has no such tree."""
         if self.hparams.gold_trees:
             return batch["gold_labels"]
-        labels = []
+        return [None if tree is None else self.featurizer.tree_labels(tree, n)
+                for tree, n in zip(self.latent_trees(scores, batch), batch["lengths"].tolist())]
+
+    def latent_trees(self, scores: torch.Tensor, batch: dict[str, Any]) -> list[cky.SpanNode | None]:
+        """Per example, the best tree under ``scores`` whose program is the gold one (None where there is none)."""
+        trees = []
         for example, (program, n) in enumerate(zip(batch["programs"], batch["lengths"].tolist())):
             composition = self.featurizer.composition(program)
             # one chart entry per sub-program of the gold: the constrained search is then exact, not K-best
             best = None if composition is None else next(self._chart(
                 scores[example], n, batch["constraints"][example], composition, k=len(composition.table)).trees(),
                 None)
-            labels.append(None if best is None else self.featurizer.tree_labels(best[1], n))
-        return labels
+            trees.append(None if best is None else best[1])
+        return trees
 
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor | None, int]:
         """Cross-entropy of every span against the latent tree, averaged over spans, then over the examples that

@@ -28,6 +28,12 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
     return "baseline" if ir in (None, "none") else ir
 
 
+def augment_suffix(name: str | None = "none", ratio: float = 1.0) -> str:
+    """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
+    ``+subs1`` for ``augment=subs`` with one substituted example per training example; nothing without."""
+    return "" if name in (None, "none") else f"+{name}{ratio:g}"
+
+
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
                      limit_eval: int | None = None, heldout: int | None = None, val_seed: int = 0) -> str:
     """configs/run.yaml: what follows the model's variant when a run uses part of the data: ``-sample1000`` (a seeded
@@ -43,6 +49,13 @@ def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, 
     return suffix + ("" if limit_eval is None else f"-eval{limit_eval}")
 
 
+def run_variant(cfg) -> str:
+    """The results' variant of a run config: the model's (``rir``, ``gandr-k4-a0.5``), the augmentation (``+subs1``)
+    and the data subsample (``-sample1000``), as configs/run.yaml names its directory."""
+    augment = cfg.get("augment") or {}
+    return f"{cfg.model.variant}{augment_suffix(augment.get('name'), augment.get('ratio', 1))}{cfg.get('subsample') or ''}"
+
+
 _SUBSAMPLE = re.compile(r"-(?:heldout|sample|train|eval)\d.*$")
 
 
@@ -55,3 +68,4 @@ def split_variant(variant: str) -> tuple[str, str]:
 OmegaConf.register_new_resolver("zoo_env", setting, replace=True)
 OmegaConf.register_new_resolver("seq2seq_variant", seq2seq_variant, replace=True)
 OmegaConf.register_new_resolver("subsample", subsample_suffix, replace=True)
+OmegaConf.register_new_resolver("augment_suffix", augment_suffix, replace=True)

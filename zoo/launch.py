@@ -1,7 +1,9 @@
 """What one launch of ``benchmarks/run.py`` runs: the checks of ``resume=`` and ``ckpt_path=``, then the run's kind,
-one model (``zoo.train``), an IR pipeline (``zoo.ir.pipeline``) or exemplar retrieval (``zoo.retrieval``).
+one model (``zoo.train``), an IR pipeline (``zoo.ir.pipeline``), exemplar retrieval (``zoo.retrieval``) or subtree
+substitution (``zoo.augment``).
 
-The run path's imports point one way: this module -> ``zoo.ir.pipeline`` and ``zoo.retrieval`` -> ``zoo.stages``
+The run path's imports point one way: this module -> ``zoo.ir.pipeline``, ``zoo.retrieval`` and ``zoo.augment`` ->
+``zoo.stages``
 -> ``zoo.train``, which trains and tests one model (one stage) and knows none of the modules above it.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from datamodules import DATA_ERRORS
+from zoo.augment import AugmentError, run_augmented
 from zoo.download import DownloadError
 from zoo.ir import UnsupportedIRError
 from zoo.ir.pipeline import run_pipeline
@@ -29,12 +32,13 @@ log = logging.getLogger(__name__)
 # Mistakes in the command or the data, and data.download=true failing (offline): what benchmarks/run.py, and the
 # benchmarks that build a run's data and model, say in one message, without a traceback.
 USER_ERRORS = (RegistryError, OptionError, RunConfigError, ResultsFileError, UnsupportedFormalismError,
-               UnsupportedIRError, RetrievalError, DownloadError, *DATA_ERRORS)
+               UnsupportedIRError, RetrievalError, AugmentError, DownloadError, *DATA_ERRORS)
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train, test and record one run in ``run_dir`` (with ``ir=``: a whole IR pipeline, ``zoo.ir.pipeline``; with
-    ``retrieval=``: exemplar retrieval, ``zoo.retrieval``); returns the row written to the results file."""
+    ``retrieval=``: exemplar retrieval, ``zoo.retrieval``; with ``augment=``: subtree substitution, ``zoo.augment``);
+    returns the row written to the results file."""
     check_options(cfg)
     run_dir = Path(run_dir)
     rows = finished_rows(cfg, run_dir)
@@ -53,17 +57,22 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         raise RunConfigError(  # it would test the same weights again and add a second row
             f"ckpt_path=last: the run in {run_dir} already finished (its row of {rows[-1]['time']}): "
             "test_only=true tests it again, overwrite=true trains it again")
-    retrieval = cfg.get("retrieval", {}).get("name", "none")
-    if (retrieval != "none" or cfg.get("ir", "none") != "none") and _several_processes(cfg):
+    retrieval, ir = cfg.get("retrieval", {}).get("name", "none"), cfg.get("ir", "none")
+    augment = cfg.get("augment", {}).get("name", "none")
+    methods = [f"{key}={value}" for key, value in (("retrieval", retrieval), ("ir", ir), ("augment", augment))
+               if value != "none"]
+    if len(methods) > 1:
+        raise RunConfigError(f"{' and '.join(methods)} do not combine: choose one of them")
+    if methods and _several_processes(cfg):
         # every process would run the stages' predictions and write the method's files and row
-        raise RunConfigError(f"{'retrieval=' + retrieval if retrieval != 'none' else 'ir=' + str(cfg.ir)} runs its "
-                             "stages in one process: drop trainer=ddp / trainer=cpu_ddp (or set trainer.devices=1)")
+        raise RunConfigError(f"{methods[0]} runs its stages in one process: drop trainer=ddp / trainer=cpu_ddp (or "
+                             "set trainer.devices=1)")
     if retrieval != "none":
-        if cfg.get("ir", "none") != "none":
-            raise RunConfigError(f"retrieval={retrieval} and ir={cfg.ir} do not combine: choose one of them")
         return run_retrieval(cfg, run_dir)
-    if cfg.get("ir", "none") != "none":
+    if ir != "none":
         return run_pipeline(cfg, run_dir)
+    if augment != "none":
+        return run_augmented(cfg, run_dir)
     return train_and_test(cfg, run_dir)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from zoo import run_variant
 from zoo.results import locked_directory, path_for_row, read_rows
 from zoo.types import Example, Rewrite
 
@@ -93,6 +94,8 @@ def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | N
     stage_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     stage_cfg.model.variant = f"stage:{name}"
     stage_cfg.subsample = ""  # the stage's row names the stage only
+    if "augment" in stage_cfg:
+        stage_cfg.augment.name = "none"
     stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
     if max_steps is not None:  # (a trainer.min_steps above it is lowered to it, zoo.train._step_bounds)
         stage_cfg.trainer.max_steps = max_steps
@@ -131,8 +134,6 @@ def predict(model, sources: list[str], batch_size: int) -> list[str]:
 def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_dirs: Sequence[Path], run_dir: Path,
                  commit: str, n_train: int, n_test: int, test_seconds: float) -> dict[str, Any]:
     """The results columns of a multi-stage run that come from its stages (the caller adds the test metrics)."""
-    from zoo.train import run_variant
-
     steps = [max(int(r["global_steps"] or 0), 1) for r in stage_rows]
     rates = [max(float(r["train_examples_per_s"]), 1e-9) for r in stage_rows]
     return {
@@ -143,7 +144,7 @@ def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_di
         "backbone": stage_rows[0]["backbone"],
         "data": cfg.data.name,
         "seed": cfg.seed,
-        "best_val_metric": "val/exact_match (last stage)",
+        "best_val_metric": f"{stage_rows[-1]['best_val_metric']} (last stage)",
         "best_val": stage_rows[-1]["best_val"],
         "params": sum(int(r["params"]) for r in stage_rows),
         "n_train": n_train,

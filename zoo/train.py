@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheck
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
+from zoo import run_variant
 from zoo.options import RunConfigError
 from zoo.parser import load_checkpoint
 from zoo.registry import get_dataset, get_model
@@ -262,11 +263,6 @@ def model_settings(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
             if cfg.model.get(key):
                 target.update(OmegaConf.to_container(cfg.model[key], resolve=True))
     return params, featurizer
-
-
-def run_variant(cfg: DictConfig) -> str:
-    """The results' variant: the model's (``rir``, ``gandr-k4-a0.5``) and the data subsample (``-sample1000``)."""
-    return f"{cfg.model.variant}{cfg.get('subsample') or ''}"
 
 
 def record(cfg: DictConfig, run_dir: Path, row: dict[str, Any]) -> None:

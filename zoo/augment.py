@@ -1,0 +1,201 @@
+"""Subtree substitution: new training examples from SpanBasedSP's own span trees, after SUBS (Yang, Zhang & Yang
+2022, "SUBS: Subtree Substitution for Compositional Semantic Parsing"), whose span trees for GeoQuery were also
+induced by SpanBasedSP.
+
+    python benchmarks/run.py experiment=span_cky_geo data=geo_funql_length augment=subs            # ratio 1
+    python benchmarks/run.py experiment=span_cky_geo data=geo_funql_length augment=subs augment.ratio=2
+
+Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
+
+1. ``trees``: the parser trains on the training set as it would without augmentation.
+2. Its hard-EM trees (Herzig & Berant 2021, §3.3: the best tree under the trained scores whose program is the gold
+   one) give every node of every training example a phrase (the words it spans) and a sub-program. A node whose
+   sub-program is a whole FunQL expression (not a predicate still waiting for an argument) can be exchanged for
+   another such node of the same FunQL type (``funql.type_of``: a state, a city, a river, a number, ...): the donor's
+   words replace the node's words in the utterance, and the donor's sub-program replaces the node's in the program.
+   "how many rivers does [alaska] have ?" with the donor "[the largest state]" becomes "how many rivers does the
+   largest state have ?", ``answer ( count ( river ( loc_2 ( largest ( state ( all ) ) ) ) ) )``. SUBS exchanges
+   subtrees of "similar semantic function"; the type is this zoo's reading of that for FunQL. A new program must
+   type-check, and an example the training set already has is not made again.
+3. ``subs``: a new parser trains from scratch on the training set and ``ratio`` times as many distinct substituted
+   examples, drawn at random (by the run's seed); its checkpoint is chosen on the unchanged dev set and it is tested
+   on the unchanged test set. The substituted examples are saved in the run directory (``augmented.jsonl``).
+
+The run's variant gains ``+subs<ratio>`` (``zoo.augment_suffix``). What LENGTH asks for is programs longer than any
+in training: substitution puts whole sub-programs inside others, so it composes parts the training set never
+composed, and some of its programs are longer than every training program.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from zoo.formalisms import FormalismError
+from zoo.formalisms import funql
+from zoo.results import read_predictions, write_jsonl
+from zoo.stages import combined_row, load_stage_model, prepared_data, run_stage, stage_directory
+from zoo.types import Example
+
+log = logging.getLogger(__name__)
+
+METHODS = ("none", "subs")
+
+
+class AugmentError(ValueError):
+    """An ``augment=`` setting that cannot run (said before any training)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A node of one training example's span tree that substitution can replace: its words and sub-program."""
+
+    example: int
+    start: int  # first word
+    end: int  # one past the last word
+    program: funql.Tree
+    type: frozenset
+
+
+def exchangeable_nodes(example: int, tree, program: str, language, categories: list[str]) -> list[Slot]:
+    """The nodes of ``tree`` (a ``models.cky.SpanNode`` whose program is ``program``) that hold a whole typed
+    expression occurring once in the program, other than the whole program itself (FunQL: inside ``answer``)."""
+    from models.cky import PHI
+    from models.span_programs import Partial
+
+    root = language.gold_root(program)
+    slots = []
+    for node in tree.nodes():
+        if node.label == PHI:
+            continue
+        item = language.tree_item(node, categories)
+        if item is None or isinstance(item, Partial) or item == root or _occurrences(root, item) != 1:
+            continue
+        try:
+            slots.append(Slot(example, node.start, node.end, item, funql.type_of(item)))
+        except FormalismError:
+            continue
+    return slots
+
+
+def _occurrences(tree: funql.Tree, item: funql.Tree) -> int:
+    if tree == item:
+        return 1
+    return sum(_occurrences(arg, item) for arg in tree[1:]) if isinstance(tree, tuple) else 0
+
+
+def _replaced(tree: funql.Tree, old: funql.Tree, new: funql.Tree) -> funql.Tree:
+    if tree == old:
+        return new
+    return (tree[0], *(_replaced(arg, old, new) for arg in tree[1:])) if isinstance(tree, tuple) else tree
+
+
+def substitute(tokens: list[list[str]], programs: list[str], slots: list[Slot], ratio: float, seed: int,
+               language) -> list[Example]:
+    """``ratio`` × len(``programs``) distinct new examples (fewer if substitution cannot make that many): a random
+    slot, and a random other phrase of its type, by ``seed``. ``tokens[i]`` are example i's words."""
+    donors: dict[frozenset, list[Slot]] = defaultdict(list)
+    for slot in {(tuple(tokens[s.example][s.start:s.end]), s.program): s for s in slots}.values():
+        donors[slot.type].append(slot)
+    wanted = round(ratio * len(programs))
+    seen = {(" ".join(words), program) for words, program in zip(tokens, programs)}
+    rng, made = random.Random(seed), []
+    for _ in range(50 * wanted):  # draws that give nothing new (the same phrase, a known example) are skipped
+        if len(made) >= wanted or not slots:
+            break
+        slot = rng.choice(slots)
+        donor = rng.choice(donors[slot.type])
+        if donor.program == slot.program:
+            continue
+        words = tokens[slot.example]
+        utterance = " ".join(words[:slot.start] + tokens[donor.example][donor.start:donor.end] + words[slot.end:])
+        root = _replaced(language.gold_root(programs[slot.example]), slot.program, donor.program)
+        try:
+            funql.type_of(root)
+        except FormalismError:
+            continue
+        program = language.finish(root)
+        if program is None or (utterance, program) in seen:
+            continue
+        seen.add((utterance, program))
+        made.append(Example(utterance, program, {"substituted": [slot.example, donor.example]}))
+    return made
+
+
+@torch.no_grad()
+def latent_trees(model, examples: list[Example], batch_size: int) -> list:
+    """The trained span parser's hard-EM tree of each example (None where no tree gives its program)."""
+    featurizer, trees = model.featurizer, []
+    for start in range(0, len(examples), batch_size):
+        batch = featurizer.collate([featurizer.encode(e) for e in examples[start:start + batch_size]])
+        batch = {key: value.to(model.device) if torch.is_tensor(value) else value for key, value in batch.items()}
+        trees += model.latent_trees(model(batch), batch)
+    return trees
+
+
+def check_settings(cfg: DictConfig, formalism: str) -> None:
+    """Refuse, before any training, settings that cannot work."""
+    from zoo.train import RunConfigError
+
+    settings = cfg.augment
+    if settings.name not in METHODS:
+        raise AugmentError(f"augment={settings.name!r}: choose one of {', '.join(METHODS)}")
+    if cfg.model.name != "span_cky":
+        raise RunConfigError(f"augment={settings.name} substitutes subtrees of SpanBasedSP's span trees: use "
+                             f"model=span_cky, not model={cfg.model.name}")
+    if formalism != "funql":
+        raise AugmentError(f"augment={settings.name} exchanges subtrees by FunQL's types; {cfg.data.name} is "
+                           f"{formalism}")
+    if not settings.ratio > 0:
+        raise AugmentError(f"augment.ratio={settings.ratio}: expected a positive number of substituted examples "
+                           "per training example")
+
+
+def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """``augment=subs``: stage ``trees``, the substituted examples, stage ``subs``. Records one row."""
+    from zoo.registry import get_dataset
+    from zoo.train import git_commit, record
+
+    check_settings(cfg, get_dataset(cfg.data.name).formalism)
+    commit = git_commit()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings, root = cfg.augment, cfg.augment.stages_dir
+    datamodule = prepared_data(cfg)
+    train, test = datamodule.train, datamodule.test
+
+    trees_dir = stage_directory(cfg, root, "trees")
+    stage_rows = [run_stage(cfg, "trees", trees_dir, None)]
+    model = load_stage_model(trees_dir)
+    featurizer = model.featurizer
+    trees = latent_trees(model, train, cfg.data.eval_batch_size or cfg.data.batch_size)
+    tokens = [featurizer.tokens(e.utterance) for e in train]
+    slots = [slot for i, (tree, e) in enumerate(zip(trees, train)) if tree is not None
+             for slot in exchangeable_nodes(i, tree, e.program, featurizer.language, featurizer.categories)]
+    augmented = substitute(tokens, [e.program for e in train], slots, settings.ratio, cfg.seed, featurizer.language)
+    log.info("augment=subs: %d of %d training examples have a tree, %d exchangeable nodes, %d new examples",
+             sum(t is not None for t in trees), len(train), len(slots), len(augmented))
+    write_jsonl(run_dir / "augmented.jsonl", [{"utterance": e.utterance, "program": e.program, **e.meta}
+                                              for e in augmented])
+
+    subs_dir = stage_directory(cfg, root, "subs", {"ratio": settings.ratio})
+    stage_rows.append(run_stage(cfg, "subs", subs_dir,
+                                lambda split, examples: examples + augmented if split == "train" else examples))
+    write_jsonl(run_dir / "predictions.jsonl", read_predictions(subs_dir / "predictions.jsonl"))
+    final = stage_rows[-1]
+    test_seconds = len(test) / max(float(final["test_examples_per_s"]), 1e-9)
+    row = combined_row(cfg, stage_rows, [trees_dir, subs_dir], run_dir, commit, len(train), len(test), test_seconds)
+    row.update({key: float(value) for key, value in final.items()
+                if key.startswith("test_") and key != "test_examples_per_s" and value != ""})
+    (run_dir / "augment.json").write_text(json.dumps({
+        "trees": sum(t is not None for t in trees), "n_train": len(train), "slots": len(slots),
+        "augmented": len(augmented), "stage_dirs": [str(trees_dir), str(subs_dir)]}, indent=1))
+    record(cfg, run_dir, row)
+    return row
