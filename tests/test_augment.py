@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+import zoo
+
 from conftest import compose_run, needs_mirror
 from models.cky import JOIN, PHI, SpanNode
 from models.span_programs import FunQLSpans
@@ -85,6 +87,8 @@ def test_two_stage_run_trains_on_substituted_examples(tmp_path):
     assert [int(r["n_train"]) for r in stage_rows] == [32, 32 + details["augmented"]]
     assert stage_rows[0]["variant"] == "stage:trees"  # a stage's row names the stage only
     assert len((tmp_path / "subs" / "predictions.jsonl").read_text().splitlines()) == 8
+    parser = zoo.load(tmp_path / "subs")  # the second parser
+    assert parser.kind == "span_cky" and len(parser.parse(["how many rivers are in texas ?"])) == 1
 
     # another ratio trains the second parser only
     other = run(smoke(tmp_path, "augment=subs"), tmp_path / "subs1")

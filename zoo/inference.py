@@ -16,7 +16,9 @@ What ``load`` takes:
   inverted as at test time (``zoo.ir.pipeline.chain_models``), the IRs fitted again on the run's training split;
 * a retrieval run's directory (``retrieval=input|gandr``, it holds ``retrieval.json``): exemplars retrieved from the
   run's training split (``zoo.retrieval.Exemplars``), and for GandR the first stage's prediction as the preliminary
-  one, as at test time.
+  one, as at test time;
+* a subtree-substitution run's directory (``augment=subs``, it holds ``augment.json``): its second parser, an
+  ordinary model of the dataset.
 
 A stage of a multi-stage run (its directory or checkpoint) is refused, naming it: its inputs or outputs are not the
 dataset's utterances and programs, so the run that chains it is what to load.
@@ -120,6 +122,9 @@ def load(path: str | Path, data: str | None = None, root: str | Path | None = No
         return PipelineParser(path, data, root, device, batch_size)
     if (path / "retrieval.json").is_file():
         return RetrievalParser(path, data, root, device, batch_size)
+    if (path / "augment.json").is_file():
+        final = path_from_row(_read_json(path / "augment.json")["stage_dirs"][-1])
+        return ModelParser(stage_checkpoint(final), final, data, root, device, batch_size)
     _refuse_stage(path, path)
     checkpoint = stage_checkpoint(path)
     if not checkpoint.is_file():
