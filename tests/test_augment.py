@@ -34,10 +34,9 @@ RIVERS = ("rivers in the largest state".split(), "answer ( river ( loc_2 ( large
 def test_exchangeable_nodes_are_whole_typed_expressions_below_the_root():
     slots = exchangeable_nodes(1, RIVERS[2], RIVERS[1], LANGUAGE, CATEGORIES)
     largest = ("largest", ("state", "all"))
-    # "the largest state" and "largest state" hold one expression; loc_2 ( ... ) another; bare predicates and kinds
+    # "the largest state" is "largest state" without its φ edge; loc_2 ( ... ) is another; bare predicates and kinds
     # (waiting for an argument) and the whole program are not exchangeable
-    assert sorted((s.start, s.end, s.program) for s in slots) == [
-        (1, 5, ("loc_2", largest)), (2, 5, largest), (3, 5, largest)]
+    assert sorted((s.start, s.end, s.program) for s in slots) == [(1, 5, ("loc_2", largest)), (3, 5, largest)]
     assert {s.type for s in slots if s.program == largest} == {frozenset({"state"})}
     assert [(s.start, s.end) for s in exchangeable_nodes(0, *POPULATION[2:], POPULATION[1], LANGUAGE, CATEGORIES)
             ] == [(2, 3)]
@@ -49,13 +48,13 @@ def test_substitution_exchanges_phrases_and_sub_programs_of_one_type():
              + exchangeable_nodes(1, RIVERS[2], RIVERS[1], LANGUAGE, CATEGORIES))
     made = substitute(tokens, programs, slots, ratio=10, seed=1, language=LANGUAGE)
     assert {(e.utterance, e.program) for e in made} == {  # every substitution there is, once; none of training's
-        ("population of the largest state", "answer ( population_1 ( largest ( state ( all ) ) ) )"),
         ("population of largest state", "answer ( population_1 ( largest ( state ( all ) ) ) )"),
-        ("rivers in alaska", "answer ( river ( loc_2 ( stateid ( 'alaska' ) ) ) )"),
         ("rivers in the alaska", "answer ( river ( loc_2 ( stateid ( 'alaska' ) ) ) )")}
-    assert len(made) == 4 and all(len(e.meta["substituted"]) == 2 for e in made)
-    one = substitute(tokens, programs, slots, ratio=1, seed=3, language=LANGUAGE)
-    assert len(one) == 2 and one == substitute(tokens, programs, slots, ratio=1, seed=3, language=LANGUAGE)
+    assert len(made) == 2 and all(len(e.meta["substituted"]) == 2 for e in made)
+    grown = substitute(tokens, programs, slots, ratio=10, seed=1, language=LANGUAGE, grow=True)
+    assert [e.utterance for e in grown] == ["population of largest state"]
+    one = substitute(tokens, programs, slots, ratio=0.5, seed=3, language=LANGUAGE)
+    assert len(one) == 1 and one == substitute(tokens, programs, slots, ratio=0.5, seed=3, language=LANGUAGE)
 
 
 def smoke(tmp_path, *overrides):

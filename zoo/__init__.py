@@ -28,10 +28,11 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
     return "baseline" if ir in (None, "none") else ir
 
 
-def augment_suffix(name: str | None = "none", ratio: float = 1.0) -> str:
+def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False) -> str:
     """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
-    ``+subs1`` for ``augment=subs`` with one substituted example per training example; nothing without."""
-    return "" if name in (None, "none") else f"+{name}{ratio:g}"
+    ``+subs1`` for ``augment=subs`` with one substituted example per training example, ``+subs1+grow`` where every
+    substitution lengthens its program (``augment.grow``); nothing without."""
+    return "" if name in (None, "none") else f"+{name}{ratio:g}" + ("+grow" if grow else "")
 
 
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
@@ -53,7 +54,8 @@ def run_variant(cfg) -> str:
     """The results' variant of a run config: the model's (``rir``, ``gandr-k4-a0.5``), the augmentation (``+subs1``)
     and the data subsample (``-sample1000``), as configs/run.yaml names its directory."""
     augment = cfg.get("augment") or {}
-    return f"{cfg.model.variant}{augment_suffix(augment.get('name'), augment.get('ratio', 1))}{cfg.get('subsample') or ''}"
+    suffix = augment_suffix(augment.get("name"), augment.get("ratio", 1), augment.get("grow", False))
+    return f"{cfg.model.variant}{suffix}{cfg.get('subsample') or ''}"
 
 
 _SUBSAMPLE = re.compile(r"-(?:heldout|sample|train|eval)\d.*$")

@@ -16,12 +16,14 @@ Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
    "how many rivers does [alaska] have ?" with the donor "[the largest state]" becomes "how many rivers does the
    largest state have ?", ``answer ( count ( river ( loc_2 ( largest ( state ( all ) ) ) ) ) )``. SUBS exchanges
    subtrees of "similar semantic function"; the type is this zoo's reading of that for FunQL. A new program must
-   type-check, and an example the training set already has is not made again.
+   type-check, and an example the training set already has is not made again. With ``augment.grow`` a node is
+   only exchanged for a larger sub-program (more predicates and constants), so every new program is longer than
+   the one it was made from.
 3. ``subs``: a new parser trains from scratch on the training set and ``ratio`` times as many distinct substituted
    examples, drawn at random (by the run's seed); its checkpoint is chosen on the unchanged dev set and it is tested
    on the unchanged test set. The substituted examples are saved in the run directory (``augmented.jsonl``).
 
-The run's variant gains ``+subs<ratio>`` (``zoo.augment_suffix``). What LENGTH asks for is programs longer than any
+The run's variant gains ``+subs<ratio>`` (and ``+grow``; ``zoo.augment_suffix``). What LENGTH asks for is programs longer than any
 in training: substitution puts whole sub-programs inside others, so it composes parts the training set never
 composed, and some of its programs are longer than every training program.
 """
@@ -66,12 +68,14 @@ class Slot:
 
 def exchangeable_nodes(example: int, tree, program: str, language, categories: list[str]) -> list[Slot]:
     """The nodes of ``tree`` (a ``models.cky.SpanNode`` whose program is ``program``) that hold a whole typed
-    expression occurring once in the program, other than the whole program itself (FunQL: inside ``answer``)."""
-    from models.cky import PHI
+    expression occurring once in the program, other than the whole program itself (FunQL: inside ``answer``); each
+    from its first to its last word under a constant, so that φ words at its edges ("the", a final "?") stay where
+    they are."""
+    from models.cky import JOIN, PHI
     from models.span_programs import Partial
 
     root = language.gold_root(program)
-    slots = []
+    slots = {}
     for node in tree.nodes():
         if node.label == PHI:
             continue
@@ -79,16 +83,23 @@ def exchangeable_nodes(example: int, tree, program: str, language, categories: l
         if item is None or isinstance(item, Partial) or item == root or _occurrences(root, item) != 1:
             continue
         try:
-            slots.append(Slot(example, node.start, node.end, item, funql.type_of(item)))
+            kind = funql.type_of(item)
         except FormalismError:
             continue
-    return slots
+        constants = [leaf for leaf in node.nodes() if leaf.label not in (JOIN, PHI)]
+        start, end = min(c.start for c in constants), max(c.end for c in constants)
+        slots[start, end, item] = Slot(example, start, end, item, kind)
+    return list(slots.values())
 
 
 def _occurrences(tree: funql.Tree, item: funql.Tree) -> int:
     if tree == item:
         return 1
     return sum(_occurrences(arg, item) for arg in tree[1:]) if isinstance(tree, tuple) else 0
+
+
+def _size(tree: funql.Tree) -> int:
+    return 1 + sum(_size(arg) for arg in tree[1:]) if isinstance(tree, tuple) else 1
 
 
 def _replaced(tree: funql.Tree, old: funql.Tree, new: funql.Tree) -> funql.Tree:
@@ -98,12 +109,19 @@ def _replaced(tree: funql.Tree, old: funql.Tree, new: funql.Tree) -> funql.Tree:
 
 
 def substitute(tokens: list[list[str]], programs: list[str], slots: list[Slot], ratio: float, seed: int,
-               language) -> list[Example]:
+               language, grow: bool = False) -> list[Example]:
     """``ratio`` × len(``programs``) distinct new examples (fewer if substitution cannot make that many): a random
-    slot, and a random other phrase of its type, by ``seed``. ``tokens[i]`` are example i's words."""
+    slot, and a random other phrase of its type (with ``grow``, of a larger sub-program), by ``seed``. ``tokens[i]``
+    are example i's words."""
     donors: dict[frozenset, list[Slot]] = defaultdict(list)
     for slot in {(tuple(tokens[s.example][s.start:s.end]), s.program): s for s in slots}.values():
         donors[slot.type].append(slot)
+    if grow:  # each slot draws from the donors larger than it
+        sizes = {slot.program: _size(slot.program) for slot in slots}
+        candidates = {slot: [d for d in donors[slot.type] if sizes[d.program] > sizes[slot.program]] for slot in slots}
+        slots = [slot for slot in slots if candidates[slot]]
+    else:
+        candidates = {slot: donors[slot.type] for slot in slots}
     wanted = round(ratio * len(programs))
     seen = {(" ".join(words), program) for words, program in zip(tokens, programs)}
     rng, made = random.Random(seed), []
@@ -111,7 +129,7 @@ def substitute(tokens: list[list[str]], programs: list[str], slots: list[Slot], 
         if len(made) >= wanted or not slots:
             break
         slot = rng.choice(slots)
-        donor = rng.choice(donors[slot.type])
+        donor = rng.choice(candidates[slot])
         if donor.program == slot.program:
             continue
         words = tokens[slot.example]
@@ -179,13 +197,15 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     tokens = [featurizer.tokens(e.utterance) for e in train]
     slots = [slot for i, (tree, e) in enumerate(zip(trees, train)) if tree is not None
              for slot in exchangeable_nodes(i, tree, e.program, featurizer.language, featurizer.categories)]
-    augmented = substitute(tokens, [e.program for e in train], slots, settings.ratio, cfg.seed, featurizer.language)
+    augmented = substitute(tokens, [e.program for e in train], slots, settings.ratio, cfg.seed, featurizer.language,
+                           settings.grow)
     log.info("augment=subs: %d of %d training examples have a tree, %d exchangeable nodes, %d new examples",
              sum(t is not None for t in trees), len(train), len(slots), len(augmented))
     write_jsonl(run_dir / "augmented.jsonl", [{"utterance": e.utterance, "program": e.program, **e.meta}
                                               for e in augmented])
 
-    subs_dir = stage_directory(cfg, root, "subs", {"ratio": settings.ratio})
+    stage = {"ratio": settings.ratio, **({"grow": True} if settings.grow else {})}  # (so the first runs' keep names)
+    subs_dir = stage_directory(cfg, root, "subs", stage)
     stage_rows.append(run_stage(cfg, "subs", subs_dir,
                                 lambda split, examples: examples + augmented if split == "train" else examples))
     write_jsonl(run_dir / "predictions.jsonl", read_predictions(subs_dir / "predictions.jsonl"))
