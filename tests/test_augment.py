@@ -85,6 +85,7 @@ def test_two_stage_run_trains_on_substituted_examples(tmp_path):
     stage_rows = [read_rows(f"{d}/runs.csv")[-1] for d in (trees_dir, subs_dir)]
     assert [int(r["n_train"]) for r in stage_rows] == [32, 32 + details["augmented"]]
     assert stage_rows[0]["variant"] == "stage:trees"  # a stage's row names the stage only
+    assert row["test_stage1_denotation"] == float(stage_rows[0]["test_denotation"])  # the setting unaugmented
     assert len((tmp_path / "subs" / "predictions.jsonl").read_text().splitlines()) == 8
     parser = zoo.load(tmp_path / "subs")  # the second parser
     assert parser.kind == "span_cky" and len(parser.parse(["how many rivers are in texas ?"])) == 1

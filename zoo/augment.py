@@ -214,6 +214,9 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     row = combined_row(cfg, stage_rows, [trees_dir, subs_dir], run_dir, commit, len(train), len(test), test_seconds)
     row.update({key: float(value) for key, value in final.items()
                 if key.startswith("test_") and key != "test_examples_per_s" and value != ""})
+    # the first parser is the same setting without augmentation: its test numbers are the comparison
+    row.update({f"test_stage1_{key[len('test_'):]}": float(stage_rows[0][key])
+                for key in ("test_exact_match", "test_denotation") if stage_rows[0].get(key, "") != ""})
     (run_dir / "augment.json").write_text(json.dumps({
         "trees": sum(t is not None for t in trees), "n_train": len(train), "slots": len(slots),
         "augmented": len(augmented), "stage_dirs": [str(trees_dir), str(subs_dir)]}, indent=1))
