@@ -9,12 +9,13 @@ Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
 
 1. ``trees``: the parser trains on the training set as it would without augmentation.
 2. Its hard-EM trees (Herzig & Berant 2021, §3.3: the best tree under the trained scores whose program is the gold
-   one) give every node of every training example a phrase (the words it spans) and a sub-program. A node whose
+   one) give every node of every training example a phrase (its words from the first to the last that stand under a
+   constant: φ words at its edges, a final "?", stay where they are) and a sub-program. A node whose
    sub-program is a whole FunQL expression (not a predicate still waiting for an argument) can be exchanged for
    another such node of the same FunQL type (``funql.type_of``: a state, a city, a river, a number, ...): the donor's
    words replace the node's words in the utterance, and the donor's sub-program replaces the node's in the program.
-   "how many rivers does [alaska] have ?" with the donor "[the largest state]" becomes "how many rivers does the
-   largest state have ?", ``answer ( count ( river ( loc_2 ( largest ( state ( all ) ) ) ) ) )``. SUBS exchanges
+   "how many rivers does [alaska] have ?" with the donor "[largest state]" becomes "how many rivers does largest
+   state have ?", ``answer ( count ( river ( loc_2 ( largest ( state ( all ) ) ) ) ) )``. SUBS exchanges
    subtrees of "similar semantic function"; the type is this zoo's reading of that for FunQL. A new program must
    type-check, and an example the training set already has is not made again. With ``augment.grow`` a node is
    only exchanged for a larger sub-program (more predicates and constants), so every new program is longer than
@@ -23,9 +24,9 @@ Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
    examples, drawn at random (by the run's seed); its checkpoint is chosen on the unchanged dev set and it is tested
    on the unchanged test set. The substituted examples are saved in the run directory (``augmented.jsonl``).
 
-The run's variant gains ``+subs<ratio>`` (and ``+grow``; ``zoo.augment_suffix``). What LENGTH asks for is programs longer than any
-in training: substitution puts whole sub-programs inside others, so it composes parts the training set never
-composed, and some of its programs are longer than every training program.
+The run's variant gains ``+subs<ratio>`` (and ``+grow``; ``zoo.augment_suffix``). What LENGTH asks for is programs
+longer than any in training: substitution puts whole sub-programs inside others, so it composes parts the training
+set never composed, and with ``grow`` many of its programs are longer than every training program.
 """
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     write_jsonl(run_dir / "augmented.jsonl", [{"utterance": e.utterance, "program": e.program, **e.meta}
                                               for e in augmented])
 
-    stage = {"ratio": settings.ratio, **({"grow": True} if settings.grow else {})}  # (so the first runs' keep names)
+    stage = {"ratio": settings.ratio, **({"grow": True} if settings.grow else {})}  # the first runs' names stay
     subs_dir = stage_directory(cfg, root, "subs", stage)
     stage_rows.append(run_stage(cfg, "subs", subs_dir,
                                 lambda split, examples: examples + augmented if split == "train" else examples))
