@@ -3,8 +3,7 @@ one model (``zoo.train``), an IR pipeline (``zoo.ir.pipeline``), exemplar retrie
 substitution (``zoo.augment``).
 
 The run path's imports point one way: this module -> ``zoo.ir.pipeline``, ``zoo.retrieval`` and ``zoo.augment`` ->
-``zoo.stages``
--> ``zoo.train``, which trains and tests one model (one stage) and knows none of the modules above it.
+``zoo.stages`` -> ``zoo.train``, which trains and tests one model (one stage) and knows none of the modules above it.
 """
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def run_stage(cfg: DictConfig, name: str, stage_dir: Path, rewrite: Rewrite, for
 def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | None = None) -> DictConfig:
     stage_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     stage_cfg.model.variant = f"stage:{name}"
-    stage_cfg.subsample = ""  # the stage's row names the stage only
+    stage_cfg.subsample = ""  # the stage's row names the stage only, not the data subsample nor the augmentation
     if "augment" in stage_cfg:
         stage_cfg.augment.name = "none"
     stage_cfg.results_file = str(stage_dir.resolve() / "runs.csv")  # the stage's row marks it finished
