@@ -44,7 +44,7 @@ from omegaconf import DictConfig
 from zoo.formalisms import FormalismError
 from zoo.formalisms import funql
 from zoo.results import read_predictions, write_jsonl
-from zoo.stages import combined_row, load_stage_model, prepared_data, run_stage, stage_directory
+from zoo.stages import combined_row, load_stage_model, prepared_data, run_stage, stage_directory, test_metrics
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -213,11 +213,11 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     final = stage_rows[-1]
     test_seconds = len(test) / max(float(final["test_examples_per_s"]), 1e-9)
     row = combined_row(cfg, stage_rows, [trees_dir, subs_dir], run_dir, commit, len(train), len(test), test_seconds)
-    row.update({key: float(value) for key, value in final.items()
-                if key.startswith("test_") and key != "test_examples_per_s" and value != ""})
+    row.update(test_metrics(final))
     # the first parser is the same setting without augmentation: its test numbers are the comparison
-    row.update({f"test_stage1_{key[len('test_'):]}": float(stage_rows[0][key])
-                for key in ("test_exact_match", "test_denotation") if stage_rows[0].get(key, "") != ""})
+    first = test_metrics(stage_rows[0])
+    row.update({f"test_stage1_{key[len('test_'):]}": first[key] for key in ("test_exact_match", "test_denotation")
+                if key in first})
     (run_dir / "augment.json").write_text(json.dumps({
         "trees": sum(t is not None for t in trees), "n_train": len(train), "slots": len(slots),
         "augmented": len(augmented), "stage_dirs": [str(trees_dir), str(subs_dir)]}, indent=1))

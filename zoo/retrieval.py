@@ -54,7 +54,7 @@ from zoo.formalisms import Formalism, FormalismError, get_formalism
 from zoo.options import OptionError, check_against_constructor
 from zoo.results import append_row, atomic_path, read_predictions, write_jsonl
 from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
-                        stage_directory)
+                        stage_directory, test_metrics)
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -306,8 +306,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 
     final = stage_rows[-1]
     row = combined_row(cfg, stage_rows, stage_dirs, run_dir, commit, len(train), len(test), test_seconds)
-    row.update({key: float(value) for key, value in final.items()
-                if key.startswith("test_") and key != "test_examples_per_s" and value != ""})
+    row.update(test_metrics(final))
     if preliminary:
         row["test_stage1_exact_match"] = float(stage_rows[0]["test_exact_match"])
     record(cfg, run_dir, row)

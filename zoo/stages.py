@@ -131,6 +131,13 @@ def predict(model, sources: list[str], batch_size: int) -> list[str]:
     return outputs
 
 
+def test_metrics(stage_row: dict[str, str]) -> dict[str, float]:
+    """A stage's test metrics (``test_exact_match``, ``test_denotation``, ...) as numbers: a method whose last stage
+    is tested on the dataset's own test set reports them as its own."""
+    return {key: float(value) for key, value in stage_row.items()
+            if key.startswith("test_") and key != "test_examples_per_s" and value != ""}
+
+
 def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_dirs: Sequence[Path], run_dir: Path,
                  commit: str, n_train: int, n_test: int, test_seconds: float) -> dict[str, Any]:
     """The results columns of a multi-stage run that come from its stages (the caller adds the test metrics)."""
