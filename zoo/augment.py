@@ -2,8 +2,8 @@
 2022, "SUBS: Subtree Substitution for Compositional Semantic Parsing"), whose span trees for GeoQuery were also
 induced by SpanBasedSP.
 
-    python benchmarks/run.py experiment=span_cky_geo data=geo_funql_length augment=subs            # ratio 1
-    python benchmarks/run.py experiment=span_cky_geo data=geo_funql_length augment=subs augment.ratio=2
+    python benchmarks/run.py experiment=span_cky_geo data=geo_funql_length        # holds augment=subs, grow
+    python benchmarks/run.py model=span_cky data=geo_funql_length augment=subs augment.ratio=2
 
 Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
 
