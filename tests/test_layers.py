@@ -1,7 +1,7 @@
 """The run path's imports point one way (issue 27): zoo.parse (the command line of zoo.inference) -> zoo.launch and
-zoo.inference -> zoo.ir.pipeline, zoo.retrieval, zoo.augment -> zoo.stages -> zoo.train, and no model, dataset or other zoo
-module imports any of them (but the package's ``zoo.load``, the public door to zoo.inference). Imports inside functions count too: a
-lazy import still ties the lower module to the higher one."""
+zoo.inference -> zoo.ir.pipeline, zoo.retrieval, zoo.augment -> zoo.stages -> zoo.train, and no model, dataset or
+other zoo module imports any of them (but the package's ``zoo.load``, the public door to zoo.inference). Imports
+inside functions count too: a lazy import still ties the lower module to the higher one."""
 import ast
 from pathlib import Path
 
