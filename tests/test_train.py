@@ -272,6 +272,48 @@ def test_stop_when_converged_stops_at_the_first_converged_validation():
     assert not ValidationCurve("val/exact_match").stop_when_converged  # off unless asked
 
 
+def test_anneal_when_converged_decays_from_where_the_rule_holds_then_stops():
+    from types import SimpleNamespace
+
+    from zoo.train import ValidationCurve
+
+    curve = ValidationCurve("val/exact_match", stop_when_converged=True, anneal_share=0.5)
+    optimizer = SimpleNamespace(param_groups=[{"lr": 1e-3}])
+    trainer = SimpleNamespace(sanity_checking=False, should_stop=False, global_step=0, callback_metrics={},
+                              min_steps=None, optimizers=[optimizer])
+    stops = []
+    for step, value in [(1000, 0.5), (2000, 0.9), (3000, 0.95), (4000, 0.955), (5000, 0.958), (6000, 0.97),
+                        (7000, 0.97), (8000, 0.97)]:
+        trainer.global_step, trainer.callback_metrics = step, {"val/exact_match": torch.tensor(value)}
+        curve.on_validation_end(trainer, None)
+        stops.append(trainer.should_stop)
+    # the rule holds at 5,000 (as when stopping at once, above): half as many steps again decay, to 7,500
+    assert curve.anneal == (5000, 7500) and stops == [False] * 7 + [True]
+    trainer.global_step = 6250  # halfway: half of the rate the schedule set for this step
+    curve.on_train_batch_start(trainer, None, None, 0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    # the verdict is the rule's where the decay began (0.958 - 0.95 by step 3,500), though the decay gained 1.2
+    assert curve.verdict(8000) == {"val_late_gain": pytest.approx(0.008), "converged": True,
+                                   "annealed_from_step": 5000}
+    resumed = ValidationCurve("val/exact_match", stop_when_converged=True, anneal_share=0.5)
+    resumed.load_state_dict(curve.state_dict())
+    assert resumed.anneal == (5000, 7500) and resumed.points == curve.points
+
+
+def test_anneal_when_converged_needs_the_stop_rule_and_a_step_schedule():
+    from types import SimpleNamespace
+
+    from zoo.options import OptionError, RunConfigError, check_options
+    from zoo.train import ValidationCurve
+
+    cfg = compose_run("model=seq2seq", "data=scan_simple", "anneal_when_converged=0.2")
+    with pytest.raises(OptionError, match="stop_when_converged=true"):
+        check_options(cfg)
+    curve = ValidationCurve("val/exact_match", stop_when_converged=True, anneal_share=0.2)
+    with pytest.raises(RunConfigError, match="anneal_when_converged=0.2: object sets no learning rate schedule"):
+        curve.on_train_start(SimpleNamespace(lr_scheduler_configs=[]), object())
+
+
 def test_stop_when_converged_trains_at_least_min_steps(tmp_path):
     cfg = smoke(tmp_path, "model=seq2seq", "data=scan_simple", "stop_when_converged=true",
                 "trainer.max_steps=40", "+trainer.min_steps=10", "+trainer.val_check_interval=2",
@@ -288,6 +330,12 @@ def test_a_shorter_budget_bounds_the_recipes_minimum(tmp_path):
     cfg = smoke(tmp_path, "experiment=seq2seq_grid_cpu", "model=seq2seq", "data=scan_simple")
     assert cfg.trainer.min_steps == 2000 and cfg.trainer.max_steps == 4
     assert run(cfg, tmp_path / "run")["global_steps"] == 4
+
+
+def test_the_annealing_grid_protocol_runs_on_seq2seq(tmp_path):
+    cfg = smoke(tmp_path, "experiment=seq2seq_grid_cpu_anneal", "model=seq2seq", "data=scan_simple")
+    assert cfg.anneal_when_converged == 0.2 and cfg.model.params.schedule == "constant"
+    assert run(cfg, tmp_path / "run")["global_steps"] == 4  # seq2seq's schedule passes the check at the start
 
 
 def test_ema_weights_are_the_ones_checkpointed_and_tested(tmp_path):

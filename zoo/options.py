@@ -46,6 +46,7 @@ RUN_OPTIONS: dict[str, tuple[tuple[type | None, ...], Callable[[Any], bool], str
     "overwrite": ((bool,), _anything, "true or false"),
     "test_only": ((bool,), _anything, "true or false"),
     "stop_when_converged": ((bool,), _anything, "true or false"),
+    "anneal_when_converged": ((float,), lambda v: 0 <= v <= 1, "a share of the steps trained, from 0 (off) to 1"),
     "ir_definition": ((str,), lambda v: v in DEFINITIONS, " or ".join(DEFINITIONS)),
     "trainer.max_epochs": ((int, None), _at_least(-1), "an integer, -1 or null for no limit"),
     "trainer.min_epochs": ((int, None), _at_least(0), "a non-negative integer or null"),
@@ -66,6 +67,9 @@ def check_options(cfg: DictConfig) -> None:
             continue
         if not (_has_type(value, accepted) and in_range(value)):
             raise OptionError(f"{option}={_shown(value)}: expected {expected}")
+    if cfg.get("anneal_when_converged") and not cfg.get("stop_when_converged"):
+        raise OptionError(f"anneal_when_converged={cfg.anneal_when_converged}: the decay starts where the stop rule "
+                          "holds; set stop_when_converged=true as well")
     from datamodules import ParsingDataModule
 
     model_cls = get_model(cfg.model.name)

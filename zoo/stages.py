@@ -45,8 +45,8 @@ UNHASHED_DEFAULTS = {("data", "heldout"): None}
 
 def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict[str, Any] | None = None) -> Path:
     """``root/<data>/seed<seed>/<name>-<hash>``, the hash over the model, data and trainer configs (not the run's
-    variant, nor ``UNHASHED_DEFAULTS`` at their defaults), the seed, ``stop_when_converged`` where set and the
-    method's ``settings`` for this stage."""
+    variant, nor ``UNHASHED_DEFAULTS`` at their defaults), the seed, ``stop_when_converged`` and
+    ``anneal_when_converged`` where set and the method's ``settings`` for this stage."""
     hashed = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("model", "data", "trainer")}
     hashed["model"].pop("variant", None)
     for (section, key), default in UNHASHED_DEFAULTS.items():
@@ -55,6 +55,8 @@ def stage_directory(cfg: DictConfig, root: str | Path, name: str, settings: dict
     hashed["seed"] = cfg.seed
     if cfg.get("stop_when_converged"):  # (only where set, so the directories of earlier stages keep their names)
         hashed["stop_when_converged"] = True
+    if cfg.get("anneal_when_converged"):  # (the same)
+        hashed["anneal_when_converged"] = cfg.anneal_when_converged
     if settings:
         hashed["stage"] = settings
     digest = hashlib.sha1(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:10]
