@@ -73,6 +73,18 @@ def training_batches(featurizer, examples: list, batch_size: int, n_batches: int
     return [[encoded[i] for i in batch] for batch in order[:n_batches]], encode_seconds
 
 
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether torch runs an LSTM under bfloat16 autocast on this CPU: its oneDNN kernel needs AVX-512 (on a CPU
+    without, torch raises "could not create a primitive descriptor for the LSTM forward propagation primitive")."""
+    lstm = torch.nn.LSTM(2, 2, batch_first=True)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lstm(torch.zeros(1, 1, 2))
+    except RuntimeError:
+        return False
+    return True
+
+
 def train_profile(model, encoded: list[list[dict]], warmup: int, bf16: bool = False) -> dict[str, float]:
     """Seconds per step of each of ``PHASES`` over the batches after the first ``warmup``, and FLOPs per step;
     with ``bf16`` the forward pass under bfloat16 autocast, as Lightning's ``precision=bf16-mixed`` runs it."""
@@ -136,6 +148,9 @@ def main(argv: list[str] | None = None) -> dict:
     precision = str(cfg.trainer.get("precision", "32-true"))
     if precision not in ("32-true", "32", "bf16-mixed"):
         sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
+    if precision == "bf16-mixed" and not cpu_runs_bf16_lstm():
+        sys.exit(f"error: trainer.precision=bf16-mixed: this CPU ({hardware_string()}) cannot run GGD's LSTM under "
+                 "bfloat16 autocast (torch's oneDNN kernel needs AVX-512); measure 32-true")
     try:
         check_appendable(args.out)
         torch.manual_seed(cfg.seed)
