@@ -122,6 +122,7 @@ class ValidationCurve(Callback):
                 return
             if self.anneal_share:
                 self.anneal = (step, step + max(1, math.ceil(self.anneal_share * step)))
+                log.info("converged at step %d: the learning rate decays to 0 by step %d", *self.anneal)
         if self.anneal is None or step >= self.anneal[1]:
             trainer.should_stop = True
 
