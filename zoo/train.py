@@ -84,7 +84,7 @@ class ValidationCurve(Callback):
     its last phase: the learning rate decays linearly to 0 over ``anneal_share`` times the steps trained so far,
     and training ends at the first validation after that. A fixed-horizon decay leaves a run that plateaus early
     unannealed (a GeoQuery baseline stopped at 2,500 of 12,000 steps with 83% of its peak rate: README,
-    "Convergence"); here the stop rule says where the decay begins, whatever the cap. The decay multiplies the
+    "Stopping early costs the annealing"); here the stop rule says where the decay begins, whatever the cap. The decay multiplies the
     rate the model's schedule sets every step, so it needs one (a step-wise ``LambdaLR``, as ``seq2seq`` has)."""
 
     def __init__(self, monitor: str, stop_when_converged: bool = False, anneal_share: float = 0.0):
