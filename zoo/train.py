@@ -84,8 +84,9 @@ class ValidationCurve(Callback):
     its last phase: the learning rate decays linearly to 0 over ``anneal_share`` times the steps trained so far,
     and training ends at the first validation after that. A fixed-horizon decay leaves a run that plateaus early
     unannealed (a GeoQuery baseline stopped at 2,500 of 12,000 steps with 83% of its peak rate: README,
-    "Stopping early costs the annealing"); here the stop rule says where the decay begins, whatever the cap. The decay multiplies the
-    rate the model's schedule sets every step, so it needs one (a step-wise ``LambdaLR``, as ``seq2seq`` has)."""
+    "Stopping early costs the annealing"); here the stop rule says where the decay begins, whatever the cap. The
+    decay multiplies the rate the model's schedule sets every step, so it needs one (a step-wise ``LambdaLR``, as
+    ``seq2seq`` has)."""
 
     def __init__(self, monitor: str, stop_when_converged: bool = False, anneal_share: float = 0.0):
         self.monitor, self.stop_when_converged, self.anneal_share = monitor, stop_when_converged, anneal_share
@@ -94,8 +95,9 @@ class ValidationCurve(Callback):
 
     def on_train_start(self, trainer, module):
         schedules = trainer.lr_scheduler_configs
-        if self.anneal_share and not (schedules and all(
-                c.interval == "step" and isinstance(c.scheduler, torch.optim.lr_scheduler.LambdaLR) for c in schedules)):
+        step_wise = schedules and all(config.interval == "step" and isinstance(
+            config.scheduler, torch.optim.lr_scheduler.LambdaLR) for config in schedules)
+        if self.anneal_share and not step_wise:
             raise RunConfigError(f"anneal_when_converged={self.anneal_share}: {type(module).__name__} sets no "
                                  "learning rate schedule every step (a LambdaLR) for the decay to scale; use 0")
 
