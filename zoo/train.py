@@ -230,10 +230,12 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
                                      logger=logger, default_root_dir=str(run_dir), **_step_bounds(cfg.trainer))
     _check_distributed(trainer)
 
-    train_seconds = None
+    train_seconds, convergence = None, {}
     if tested is None:
         trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from)
         train_seconds = throughput.fit_seconds()  # a resumed run's included
+        # read now: testing the best checkpoint restores the callbacks' state as it was at that step
+        convergence = curve.verdict(trainer.global_step)
         if trainer.interrupted:
             raise KeyboardInterrupt(f"training interrupted; resume with ckpt_path=last (run dir {run_dir})")
         # last.ckpt is saved every checkpoint_every_n_steps, so it may miss the final steps: save the end state,
@@ -267,7 +269,7 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
             # every process trains on as many examples as this one (DistributedSampler): all of them together
             "train_examples_per_s": "" if tested else round(
                 throughput.examples * trainer.world_size / max(throughput.seconds, 1e-9), 1),
-            **({} if tested else curve.verdict(trainer.global_step)),
+            **convergence,
             "test_examples_per_s": round(len(datamodule.test) / max(throughput.test_seconds, 1e-9), 1),
             "hardware": hardware_string(trainer),
             "processes": trainer.world_size,  # training and testing processes (DDP), each on its own device
