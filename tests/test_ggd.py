@@ -371,20 +371,23 @@ def test_smoke_run_under_the_authors_protocol_reports_emr(tmp_path):
     assert row["best_val_metric"] == "val/emr" and row["test_exact_match"] <= row["test_emr"] <= 1.0
 
 
-def test_the_bilstm_is_a_bidirectional_lstm_over_each_sequence_alone():
-    """models.ggd.BiLSTM (reversal within each length, no packing) against nn.LSTM(bidirectional=True) on packed
-    sequences, with the same weights: the same states, zeros past each length, the same gradients."""
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_the_bilstm_is_a_bidirectional_lstm_over_each_sequence_alone(chunks):
+    """models.ggd.BiLSTM (reversal within each length, no packing; in one call, or in runs of sequences sorted by
+    length) against nn.LSTM(bidirectional=True) on packed sequences, with the same weights: the same states, zeros
+    past each length, the same gradients."""
     from models.ggd import BiLSTM
 
     torch.manual_seed(0)
-    ours = BiLSTM(5, 4, num_layers=2, dropout=0.0)
+    ours = BiLSTM(5, 4, num_layers=2, dropout=0.0, chunks=chunks)
     reference = torch.nn.LSTM(5, 4, num_layers=2, bidirectional=True, batch_first=True)
     with torch.no_grad():
         for layer in range(2):
             for direction, suffix in ((ours.forwards, ""), (ours.backwards, "_reverse")):
                 for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
                     getattr(reference, f"{name}_l{layer}{suffix}").copy_(getattr(direction[layer], f"{name}_l0"))
-    inputs, lengths = torch.randn(3, 6, 5, requires_grad=True), torch.tensor([6, 2, 4])
+    lengths = torch.tensor([6, 2, 4, 1, 5, 3, 2])
+    inputs = torch.randn(len(lengths), 6, 5, requires_grad=True)
     states = ours(inputs, lengths)
     packed = torch.nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
     expected, _ = torch.nn.utils.rnn.pad_packed_sequence(reference(packed)[0], batch_first=True, total_length=6)
