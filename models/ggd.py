@@ -50,6 +50,12 @@ reports it as ``test_emr``). With ``variables="gold"`` the candidate nodes are t
 query's variables, as theirs; that number is comparable with the paper's 97.9, and the headline stays the
 full-query exact match with every variable slot a candidate.
 
+Beyond the paper, ``predict_variables``: a head on the pooled question predicts how many variables the query has
+(CFQ numbers them ``?x0`` up, without gaps, in every split of the mirror), and only that many variable slots are
+candidate nodes; training conditions the edges on the gold number, as the authors' gold variables did, and
+decoding on the predicted one, so nothing comes from the gold query. With every slot a candidate, most candidate
+triples of a question involve variables its query does not have (MCD1 test queries have at most 3 of the 6).
+
 Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
 than the paper's text; a word's part of speech comes from a lexicon of the training questions (``lexical_tags``,
 ``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are
@@ -382,9 +388,11 @@ class GGDFeaturizer(Featurizer):
         item["nodes"] = np.unique(item["mentions"][:, 0])
         try:
             graph = self.target_graph(example)
-            item["target"] = {"edges": torch.stack([graph.edge_index[0], graph.edge_type, graph.edge_index[1]],
-                                                   dim=1).numpy(),
-                              "attributes": graph.node_attributes.nonzero().numpy(), "count": bool(graph.count)}
+            edges, attributes = (torch.stack([graph.edge_index[0], graph.edge_type, graph.edge_index[1]], dim=1),
+                                 graph.node_attributes.nonzero())
+            nodes = torch.cat([edges[:, 0], edges[:, 2], attributes[:, 0]])
+            item["target"] = {"edges": edges.numpy(), "attributes": attributes.numpy(), "count": bool(graph.count),
+                              "variables": len(nodes[nodes >= self.n_entities].unique())}
         except (FeaturizationError, FormalismError) as e:
             # a term unseen in training, or no gold query (a new question: zoo.inference): parsed, never trained on
             item["target"] = str(e)
@@ -493,7 +501,8 @@ class GGDFeaturizer(Featurizer):
     def _target_tensors(self, targets: list[dict[str, Any]], position: np.ndarray,
                         n_present: int) -> dict[str, torch.Tensor]:
         """The gold graphs on the batch's node axis: ``edges`` [B, P, P, R] and ``attributes`` [B, P, A] (0/1),
-        ``count`` [B], and ``absent`` [B], the number of gold triples and attributes on a node the question lacks
+        ``count`` [B], ``variables`` [B] (how many variables the query has: CFQ numbers them ``?x0`` up), and
+        ``absent`` [B], the number of gold triples and attributes on a node the question lacks
         (an entity it does not mention, a variable ``variables="gold"`` left out), which can never be decoded."""
         batch_size = len(targets)
         b_edges, edges = _rows(targets, "edges")
@@ -511,7 +520,8 @@ class GGDFeaturizer(Featurizer):
         return {"edges": edges, "attributes": attributes,
                 "absent": torch.from_numpy(np.bincount(b_edges[~edges_here], minlength=batch_size)
                                            + np.bincount(b_attributes[~attributes_here], minlength=batch_size)),
-                "count": torch.tensor([target["count"] for target in targets], dtype=torch.float)}
+                "count": torch.tensor([target["count"] for target in targets], dtype=torch.float),
+                "variables": torch.tensor([target["variables"] for target in targets])}
 
     # ----- checkpoint state ------------------------------------------------------------------------------------
     _OPTIONS = ("grouping", "encoder_input", "multiword", "dependencies", "tagger", "entity_slots", "comma_lists",
@@ -606,7 +616,7 @@ class GroundedGraphDecoder(Parser):
                  attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5,
                  attribute_threshold: float | None = None, tune_threshold: bool = True,
                  lr: float = 5e-3, weight_decay: float = 0.0, warmup_epochs: float = 0.0,
-                 selection_metric: str = "exact_match", encoder_chunks: int = 1):
+                 selection_metric: str = "exact_match", encoder_chunks: int = 1, predict_variables: bool = False):
         super().__init__(featurizer, formalism)
         if attention_heads < 1:
             raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
@@ -644,6 +654,8 @@ class GroundedGraphDecoder(Parser):
             self.grounded_score = nn.Linear(embedding_dim, attention_heads * n_relations, bias=False)
             self.grounded_attribute_score = nn.Linear(embedding_dim, attention_heads * n_attributes, bias=False)
         self.count_score = nn.Linear(d, 1)  # query type: SELECT count ( * ) vs SELECT DISTINCT ?x0
+        # how many variables the query has (0 .. n_variables): only ?x0 .. ?x<k-1> are then candidate nodes
+        self.variables_score = nn.Linear(d, featurizer.n_variables + 1) if predict_variables else None
         self.register_buffer("allowed", featurizer.allowed.clone(), persistent=False)
         self.register_buffer("allowed_attributes", featurizer.allowed_attributes.clone(), persistent=False)
         self.register_buffer("implied_types", featurizer.implied_types.clone(), persistent=False)
@@ -671,12 +683,19 @@ class GroundedGraphDecoder(Parser):
         if self.hparams.grounding:
             grounded_edges, grounded_attributes = self._grounding(nodes, states, groups, batch["question_mask"])
             edges, attributes = edges + grounded_edges, attributes + grounded_attributes
-        edge_candidates, attribute_candidates = self._candidates(batch)
         question = batch["question_mask"]
         pooled = (states * question[..., None]).sum(1) / question.sum(1, keepdim=True)
-        return {"edges": edges, "attributes": attributes, "edge_candidates": edge_candidates,
-                "attribute_candidates": attribute_candidates, "count": self.count_score(pooled).squeeze(-1),
-                "nodes": batch["nodes"]}
+        out = {"edges": edges, "attributes": attributes, "count": self.count_score(pooled).squeeze(-1),
+               "nodes": batch["nodes"]}
+        n_variables = None
+        if self.variables_score is not None:
+            out["variables"] = self.variables_score(pooled)
+            # training conditions the edges on the gold number (teacher forcing), decoding on the predicted one
+            target = batch.get("target")
+            n_variables = (target["variables"] if self.training and isinstance(target, dict)
+                           else out["variables"].argmax(-1))
+        out["edge_candidates"], out["attribute_candidates"] = self._candidates(batch, n_variables)
+        return out
 
     def _grounding(self, nodes, states, groups, question_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """``w_r^z . z_so`` for every (s, o, r) and ``w_a^z . z_sa`` for every (s, a): attention of each node pair
@@ -712,11 +731,16 @@ class GroundedGraphDecoder(Parser):
         refined[graphs.batch, positions] = flat
         return refined
 
-    def _candidates(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """What may exist: edges between present nodes (variables, and the entities the question mentions) with
-        a (subject kind, relation, object kind) seen in training, and attributes of present nodes seen on their
-        kind. Self-loops stay: 8 MCD1 training queries have one ("Were M1 and M2 influenced by M1")."""
+    def _candidates(self, batch: dict[str, Any], n_variables: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What may exist: edges between present nodes (variables, the first ``n_variables`` [B] of them where
+        given, and the entities the question mentions) with a (subject kind, relation, object kind) seen in
+        training, and attributes of present nodes seen on their kind. Self-loops stay: 8 MCD1 training queries have
+        one ("Were M1 and M2 influenced by M1")."""
         present, kinds = batch["node_mask"], self.kinds[batch["nodes"]]  # [B, P]
+        if n_variables is not None:
+            variable = batch["nodes"] - self.featurizer.n_entities  # a variable slot's number, ?x<i>
+            present = present & ((variable < 0) | (variable < n_variables[:, None]))
         pairs = present[:, :, None] & present[:, None, :]
         allowed = self.allowed[:, kinds[:, :, None], kinds[:, None, :]].permute(1, 2, 3, 0)  # [B, P, P, R]
         return pairs[..., None] & allowed, present[..., None] & self.allowed_attributes[kinds]
@@ -724,7 +748,7 @@ class GroundedGraphDecoder(Parser):
     # ----- training and decoding -------------------------------------------------------------------------------
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 2 (every candidate triple a Bernoulli event, summed per question, averaged over the batch) plus the
-        query type; and the number of gold triples outside the candidates, which can never be decoded."""
+        query type and, with ``predict_variables``, the number of variables; and the number of gold triples outside the candidates, which can never be decoded."""
         if isinstance(batch["target"], str):  # the featurizer's reason this batch has no target graph
             raise FeaturizationError(batch["target"])
         out, target = self(batch), batch["target"]
@@ -732,6 +756,8 @@ class GroundedGraphDecoder(Parser):
                                                       reduction="sum")
                    for key, mask in (("edges", "edge_candidates"), ("attributes", "attribute_candidates")))
         loss = loss + F.binary_cross_entropy_with_logits(out["count"], target["count"], reduction="sum")
+        if "variables" in out:
+            loss = loss + F.cross_entropy(out["variables"], target["variables"], reduction="sum")
         uncoverable = (target["absent"].sum() + (target["edges"] * ~out["edge_candidates"]).sum()
                        + (target["attributes"] * ~out["attribute_candidates"]).sum())
         return loss / len(target["count"]), uncoverable

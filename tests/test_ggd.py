@@ -313,6 +313,40 @@ def test_gold_variables_hand_the_model_exactly_the_gold_querys_variables():
         GGDFeaturizer(variables="predicted")
 
 
+def test_predicted_variables_limit_the_candidate_variables_to_the_predicted_number():
+    """predict_variables: the target holds the gold query's number of variables; training conditions the candidates
+    on it, evaluation on the head's prediction; the head is trained, and a model fits the numbers of a few queries."""
+    two_variables = Example("Who directed a film edited by M0",
+                            "SELECT DISTINCT ?x0 WHERE { ?x0 film.director.film ?x1 . ?x1 film.film.edited_by M0 }",
+                            {"index": 3})
+    examples = [*EXAMPLES, two_variables]
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(examples)
+    batch = featurizer.collate([featurizer.encode(e) for e in examples])
+    assert batch["target"]["variables"].tolist() == [1, 0, 0, 2]
+    torch.manual_seed(0)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=8,
+                                 predict_variables=True, lr=1e-2)
+    variable_slot = model.kinds[batch["nodes"]] == 1  # [B, P]
+
+    def candidate_variables(out) -> list[int]:  # per question, the variable slots that are candidate nodes
+        return (out["attribute_candidates"].any(-1) & variable_slot).sum(1).tolist()
+
+    assert candidate_variables(model.train()(batch)) == [1, 0, 0, 2]
+    optimizer = model.configure_optimizers()
+    for _ in range(100):
+        loss, _ = model.loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    out = model.eval()(batch)
+    assert out["variables"].argmax(-1).tolist() == [1, 0, 0, 2]
+    assert candidate_variables(out) == [1, 0, 0, 2]
+    with torch.no_grad():
+        model.variables_score.bias.copy_(torch.tensor([0.0, 0.0, 100.0]))  # predict 2 for every question
+    assert candidate_variables(model(batch)) == [2, 2, 2, 2]
+    assert candidate_variables(model.train()(batch)) == [1, 0, 0, 2]  # training still reads the gold numbers
+
+
 def test_filters_are_derived_from_the_relations_that_always_bring_them():
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     assert featurizer.filter_relations == ["people.person.spouse_s/ns:people.marriage.spouse"]
