@@ -17,8 +17,8 @@ optimiser steps are timed phase by phase, after ``warmup`` untimed ones:
 ``validate`` times the scoring and decoding (at the configured threshold) of as many validation examples, in
 batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
 ``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
-FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, precision,
-threads, hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
+FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, encoder
+chunks, precision, threads, hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
 
     python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
     python benchmarks/ggd_speed.py +trainer.precision=bf16-mixed  # the forward pass under bfloat16 autocast
@@ -50,7 +50,8 @@ from zoo.launch import USER_ERRORS  # noqa: E402
 from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
 
 DEFAULT_OVERRIDES = ["experiment=ggd_cfq"]
-KEY = ("data", "backbone", "batch_size", "bucketed", "precision", "threads", "hardware", "git_commit")
+KEY = ("data", "backbone", "batch_size", "bucketed", "encoder_chunks", "precision", "threads", "hardware",
+       "git_commit")
 PHASES = ("collate", "forward", "backward", "optimizer")
 
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     peak = matmul_flops_per_s()
     seconds_per_step = batch_size / profile["examples_per_s"]
     row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
-           "bucketed": bool(pool_batches), "precision": precision,
+           "bucketed": bool(pool_batches), "encoder_chunks": model.encoder.chunks, "precision": precision,
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
            "hardware": hardware_string(), "git_commit": git_commit(), "steps": args.steps,
            **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},

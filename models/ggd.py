@@ -748,7 +748,8 @@ class GroundedGraphDecoder(Parser):
     # ----- training and decoding -------------------------------------------------------------------------------
     def loss(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 2 (every candidate triple a Bernoulli event, summed per question, averaged over the batch) plus the
-        query type and, with ``predict_variables``, the number of variables; and the number of gold triples outside the candidates, which can never be decoded."""
+        query type and, with ``predict_variables``, the number of variables; and the number of gold triples outside
+        the candidates, which can never be decoded."""
         if isinstance(batch["target"], str):  # the featurizer's reason this batch has no target graph
             raise FeaturizationError(batch["target"])
         out, target = self(batch), batch["target"]
