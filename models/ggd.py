@@ -51,10 +51,11 @@ query's variables, as theirs; that number is comparable with the paper's 97.9, a
 full-query exact match with every variable slot a candidate.
 
 Beyond the paper, ``predict_variables``: a head on the pooled question predicts how many variables the query has
-(CFQ numbers them ``?x0`` up, without gaps, in every split of the mirror), and only that many variable slots are
-candidate nodes; training conditions the edges on the gold number, as the authors' gold variables did, and
-decoding on the predicted one, so nothing comes from the gold query. With every slot a candidate, most candidate
-triples of a question involve variables its query does not have (MCD1 test queries have at most 3 of the 6).
+(CFQ numbers them ``?x0`` up, without gaps, in every MCD1 training and test query), and only that many variable
+slots are candidate nodes; training conditions the edges on the gold number, as the authors' gold variables did,
+and decoding on the predicted one, so nothing comes from the gold query. With every slot a candidate, most
+candidate triples of a question involve variables its query does not have (MCD1 test queries have at most 3 of
+the 6).
 
 Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
 than the paper's text; a word's part of speech comes from a lexicon of the training questions (``lexical_tags``,
