@@ -664,10 +664,11 @@ class GroundedGraphDecoder(Parser):
 
     @property
     def backbone(self) -> str:
-        """The encoder's size, and the grounding heads where there are several (so results tables keep them
-        apart from the paper's one-head model)."""
+        """The encoder's size, the grounding heads where there are several and ``-varcount`` where a head predicts
+        the number of variables (so results tables keep them apart from the paper's model)."""
         heads = self.hparams.attention_heads if self.hparams.grounding else 1
-        return f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}" + (f"-{heads}heads" if heads > 1 else "")
+        return (f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}" + (f"-{heads}heads" if heads > 1 else "")
+                + ("-varcount" if self.hparams.get("predict_variables") else ""))
 
     # ----- network ---------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -326,6 +326,7 @@ def test_predicted_variables_limit_the_candidate_variables_to_the_predicted_numb
     torch.manual_seed(0)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=8,
                                  predict_variables=True, lr=1e-2)
+    assert model.backbone == "bilstm3x8-varcount"  # results rows keep it apart from the model without the head
     variable_slot = model.kinds[batch["nodes"]] == 1  # [B, P]
 
     def candidate_variables(out) -> list[int]:  # per question, the variable slots that are candidate nodes
