@@ -249,14 +249,20 @@ README_START, README_END = "<!-- zoo.md: start -->", "<!-- zoo.md: end -->"
 def update_readme(readme, zoo_md: str) -> None:
     """Put ZOO.md's tables between the README's two markers; a README without both is an
     error naming it, so that the front page never silently stops following the results."""
-    from zoo.results import atomic_path
-
-    text = readme.read_text(encoding="utf-8")
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme}: no {README_START} ... {README_END} block to put the headline table in")
-    head, rest = text.split(README_START, 1)
     # the tables without ZOO.md's title and introduction (the README has its own), families under its section
     body = zoo_md[zoo_md.find("\n## "):].replace("\n## ", "\n### ") if "\n## " in zoo_md else ""
+    splice_readme(readme, "zoo.md", body)
+
+
+def splice_readme(readme, block: str, body: str) -> None:
+    """Replace what stands between the README's ``<!-- {block}: start -->`` and ``<!-- {block}: end -->`` by
+    ``body``, atomically; a README without both markers is an error naming it and them."""
+    from zoo.results import atomic_path
+
+    start, end = f"<!-- {block}: start -->", f"<!-- {block}: end -->"
+    text = readme.read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise ValueError(f"{readme}: no {start} ... {end} block to put the {block} table in")
+    head, rest = text.split(start, 1)
     with atomic_path(readme) as tmp:
-        tmp.write_text(f"{head}{README_START}\n{body.strip()}\n{README_END}{rest.split(README_END, 1)[1]}",
-                       encoding="utf-8")
+        tmp.write_text(f"{head}{start}\n{body.strip()}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")

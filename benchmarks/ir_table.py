@@ -111,9 +111,11 @@ def convergence_mark(runs: pd.DataFrame) -> str:
 
 
 def table_command(argv: list[str] | None, description: str, tables: Callable[[pd.DataFrame], str],
-                  name: str) -> None:
+                  name: str, readme_from: str | None = None) -> None:
     """The command line of a Markdown table built from the runs table (``--runs``, ``--out``, default
-    ``results/<name>``): written atomically and printed; a damaged runs table is one line."""
+    ``results/<name>``): written atomically and printed; a damaged runs table is one line. With ``readme_from``,
+    the table from that line on also goes between the README's ``<name>`` markers, when it was built from the
+    repository's own results (as leaderboard.py's headline table)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=runs_file(), help="default: $ZOO_RESULTS, else results/runs.csv")
     parser.add_argument("--out", type=Path, default=results_table(name))
@@ -124,6 +126,10 @@ def table_command(argv: list[str] | None, description: str, tables: Callable[[pd
         sys.exit(f"error: {e}")
     with atomic_path(args.out) as tmp:
         tmp.write_text(table)
+    if readme_from is not None and (args.runs.resolve(), args.out.resolve()) == (
+            (ROOT / "results" / "runs.csv").resolve(), (ROOT / "results" / name).resolve()):
+        from headline import splice_readme  # (benchmarks/ is on the path of every table command)
+        splice_readme(ROOT / "README.md", name, table[table.index(readme_from):])
     print(table)
 
 
