@@ -24,8 +24,10 @@ against select, or another projection), ``variables`` (how many), ``types`` (``?
 entities and variables), each column the share of all test questions wrong in that part (a question wrong in
 several parts counts in each).
 
-It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.write_rows``), one row per run. A run whose
-predictions file no longer matches its row's exact match (the directory was reused) is skipped with a warning.
+It rewrites ``results/cfq_edge_match.csv`` (atomically, ``zoo.results.write_rows``), one row per run: a run rescored
+now replaces its earlier row, and the rows of runs whose predictions are gone (run directories do not outlive the
+machine they ran on) stay. A run whose predictions file no longer matches its row's exact match (the directory was
+reused) is skipped with a warning.
 """
 from __future__ import annotations
 
@@ -108,6 +110,11 @@ def rescore(predictions: Path) -> dict[str, float | int]:
             **{f"wrong_{part}": wrong[part] / n for part in PARTS}}
 
 
+def _key(row: dict) -> tuple:
+    """One run: its results row's identity (a run launched again at another commit is another run)."""
+    return tuple(str(row[key]) for key in ("model", "variant", "backbone", "data", "seed", "git_commit", "run_dir"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", default=str(runs_file()),
@@ -153,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
               f"emr {100 * scores['test_emr']:.2f}; wrong in "
               + ", ".join(f"{part} {100 * scores[f'wrong_{part}']:.2f}" for part in PARTS))
     if table:
-        write_rows(args.out, table)
-        print(f"wrote {len(table)} rows to {args.out}")
+        kept = [row for row in read_rows(args.out) if _key(row) not in {_key(new) for new in table}] \
+            if Path(args.out).is_file() else []
+        write_rows(args.out, kept + table)
+        print(f"wrote {len(table)} rows to {args.out} ({len(kept)} earlier rows kept)")
     return 0
 
 

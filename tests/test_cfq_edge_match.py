@@ -71,6 +71,13 @@ def test_main_writes_one_row_per_run_and_skips_reused_directories(tmp_path, caps
         rows = list(csv.DictReader(f))
     assert [(r["seed"], r["test_edge_exact_match"]) for r in rows] == [("1", "0.5")]
     assert "reused" in capsys.readouterr().err
+    # rescored again once seed 1's predictions are gone and seed 2's directory holds its own again: seed 1's row stays
+    (good / "predictions.jsonl").rename(reused / "predictions.jsonl")
+    with open(runs, "a", newline="") as f:
+        csv.writer(f).writerow(["ggd", "ggd", "b", "cfq_mcd1", "2", "abc", str(reused), "0.5"])
+    assert cfq_edge_match.main(["--runs", str(runs), "--out", str(out)]) == 0
+    with open(out) as f:
+        assert [r["seed"] for r in csv.DictReader(f)] == ["1", "2"]
 
 
 def test_main_finds_run_dirs_relative_to_the_repository_and_names_a_damaged_table(tmp_path, monkeypatch, capsys):
