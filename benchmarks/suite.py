@@ -23,7 +23,8 @@ A suite file lists entries, each one run per dataset, seed and combination of it
 **What "already finished" means.** Each job's config is composed as ``run.py`` would compose it, which gives its
 *settings*: model, variant (with its subsample suffix), data, seed, protocol (the experiment's budget), IR
 definition (IR pipelines only, as the leaderboard keeps them apart: ``zoo.ir.row_definition``) and the run folder
-``<model or dir_name>-<variant>`` (which tells presets of one model apart: ``seq2seq_bert2bert_minilm-rir``). A
+above ``<data>/seed<N>``, ``<model or dir_name>-<variant>`` (which tells presets of one model apart:
+``seq2seq_bert2bert_minilm-rir``) unless the experiment sets ``hydra.run.dir`` (``ggd_cfq_authors_sizes``). A
 job is *done*, and skipped, when its results file (``results_file``, ``--results``) holds a row with the same
 settings from the same commit (``git_commit``; from a clean tree: a ``-dirty`` row or tree never counts as the same
 commit, since the changes cannot be compared). ``--any-commit`` counts rows of any commit.
@@ -193,7 +194,8 @@ def planned(overrides: list[str], cfg: DictConfig) -> Planned:
     results = Path(cfg.results_file) if cfg.results_file else run_dir / "runs.csv"
     stages = _stages(cfg)
     checkpoint = None if cfg.ckpt_path in (None, "last", "best") else Path(cfg.ckpt_path)
-    return Planned(overrides, settings, f"{cfg.model.get('dir_name') or cfg.model.name}-{variant}", run_dir,
+    # the folder above <data>/seed<N>: <model or dir_name>-<variant> unless an experiment names its own
+    return Planned(overrides, settings, run_dir.parts[-3], run_dir,
                    results if results.is_absolute() else REPO_ROOT / results, bool(stages), stages,
                    checkpoint if checkpoint is None or checkpoint.is_absolute() else REPO / checkpoint)
 

@@ -162,9 +162,22 @@ def test_every_suite_file_is_well_formed_and_an_unknown_suite_is_named():
     for path in sorted((REPO / "configs" / "suite").glob("*.yaml")):
         _, loaded = suite.read_suite(path.stem)
         assert suite.expand(loaded), path
-    known = "cpu_day, gpu_hour, paper_tables, seq2seq_turn_left_heldout, smoke"
+    known = "cpu_day, ggd_final, gpu_hour, paper_tables, seq2seq_turn_left_heldout, smoke"
     with pytest.raises(suite.SuiteError, match=f"no suite 'nope'.*known: {known}"):
         suite.read_suite("nope")
+
+
+def test_an_experiment_that_names_its_run_folder_is_planned_in_it(tmp_path, monkeypatch):
+    """ggd_cfq_authors_sizes shares ggd_cfq's variant: its folder, not the variant, keeps their rows apart."""
+    monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
+    entries = OmegaConf.create({"runs": [{"experiment": "ggd_cfq_authors_sizes", "data": "cfq_mcd1", "seeds": [2]},
+                                         {"experiment": "ggd_cfq", "data": "cfq_mcd1", "seeds": [2]}]})
+    jobs = suite.plan(entries, [], tmp_path / "runs.csv", commit="abc1234567")
+    assert [j.folder for j in jobs] == ["ggd-authors_sizes", "ggd-ggd"]
+    assert jobs[0].run_dir == tmp_path / "runs" / "ggd-authors_sizes" / "cfq_mcd1" / "seed2"
+    ggd_cfq_row = {**jobs[1].settings, "git_commit": "abc1234567", "run_dir": "runs/ggd-ggd/cfq_mcd1/seed2"}
+    suite.classify(jobs[0], [ggd_cfq_row], "abc1234567", any_commit=True)
+    assert jobs[0].state == "new"
 
 
 def test_a_plan_composes_each_job_and_orders_shared_stages(tmp_path, monkeypatch):
