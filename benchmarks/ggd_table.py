@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from headline import GOLD_INFORMED  # noqa: E402
 from ir_table import table_command  # noqa: E402  (reads the runs table whole, newest row of each run)
+from leaderboard import read_published  # noqa: E402
 
-PUBLISHED = ROOT / "benchmarks" / "published.csv"
 COLUMNS = ["setting", "split", "test exact match", "test `emr`", "best dev (chose the checkpoint)", "seeds",
            "minutes a seed", "hardware", "commits"]
 
@@ -44,7 +44,7 @@ def short_commit(commit) -> str:
 
 
 def ggd_table(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
-    published = pd.read_csv(PUBLISHED) if published is None else published
+    published = read_published(ROOT / "benchmarks" / "published.csv") if published is None else published
     runs = runs[(runs["model"] == "ggd") & runs["variant"].astype(str).str.startswith("ggd")
                 & runs["data"].astype(str).str.startswith("cfq")].copy()
     runs["protocol"] = runs["protocol"].fillna("") if "protocol" in runs else ""
@@ -55,7 +55,7 @@ def ggd_table(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> str:
            "| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
     paper = published[(published["model"] == "ggd") & (published["variant"] == "ggd-gold_variables")]
     for row in paper.itertuples():
-        out.append(f"| paper ({row.source.split(' (')[0]}), gold variables | {row.data} | | **{row.value:.1f}** "
+        out.append(f"| paper ({row.source.split(' (')[0]}), gold variables | {row.data} | | **{float(row.value):.1f}** "
                    "| | | | | |")
     runs["gold"] = runs["protocol"].isin(GOLD_INFORMED)
     # the authors' protocol next to the paper, then the whole query

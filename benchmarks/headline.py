@@ -26,6 +26,8 @@ chosen on test. A cell holding a run from a working tree with uncommitted change
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from zoo import split_variant
@@ -252,6 +254,14 @@ def update_readme(readme, zoo_md: str) -> None:
     # the tables without ZOO.md's title and introduction (the README has its own), families under its section
     body = zoo_md[zoo_md.find("\n## "):].replace("\n## ", "\n### ") if "\n## " in zoo_md else ""
     splice_readme(readme, "zoo.md", body)
+
+
+def own_results(runs: Path, out_dir: Path) -> bool:
+    """Whether tables are built from the repository's own results/runs.csv into results/: only those reach the
+    README, which follows the repository's own results, never a scratch ``$ZOO_RESULTS``."""
+    root = Path(__file__).resolve().parents[1]
+    return (runs.resolve(), out_dir.resolve()) == ((root / "results" / "runs.csv").resolve(),
+                                                   (root / "results").resolve())
 
 
 def splice_readme(readme, block: str, body: str) -> None:

@@ -126,10 +126,11 @@ def table_command(argv: list[str] | None, description: str, tables: Callable[[pd
         sys.exit(f"error: {e}")
     with atomic_path(args.out) as tmp:
         tmp.write_text(table)
-    if readme_from is not None and (args.runs.resolve(), args.out.resolve()) == (
-            (ROOT / "results" / "runs.csv").resolve(), (ROOT / "results" / name).resolve()):
-        from headline import splice_readme  # (benchmarks/ is on the path of every table command)
-        splice_readme(ROOT / "README.md", name, table[table.index(readme_from):])
+    if readme_from is not None:
+        from headline import own_results, splice_readme  # (benchmarks/ is on the path of every table command)
+
+        if own_results(args.runs, args.out.parent):
+            splice_readme(ROOT / "README.md", name, table[table.index(readme_from):])
     print(table)
 
 

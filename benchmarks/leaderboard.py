@@ -208,9 +208,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.runs = args.runs or runs_file()
     args.out = args.out or args.runs.parent
-    own = (args.runs.resolve(), args.out.resolve()) == ((ROOT / "results" / "runs.csv").resolve(),
-                                                        (ROOT / "results").resolve())
-    readme = ROOT / "README.md" if own else None  # the front page follows the repository's own results only
+    readme = ROOT / "README.md" if headline.own_results(args.runs, args.out) else None
     try:
         board = build_leaderboard(args.runs, args.published, args.out, readme)
     except (LeaderboardError, ResultsFileError) as e:
