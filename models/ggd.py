@@ -617,10 +617,13 @@ class GroundedGraphDecoder(Parser):
                  attention_heads: int = 1, gnn_layers: int = 0, threshold: float = 0.5,
                  attribute_threshold: float | None = None, tune_threshold: bool = True,
                  lr: float = 5e-3, weight_decay: float = 0.0, warmup_epochs: float = 0.0,
-                 selection_metric: str = "exact_match", encoder_chunks: int = 1, predict_variables: bool = False):
+                 selection_metric: str = "exact_match", encoder_chunks: int = 1, predict_variables: bool = False,
+                 group_scores: str = "sum"):
         super().__init__(featurizer, formalism)
         if attention_heads < 1:
             raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
+        if group_scores not in ("sum", "max"):
+            raise ValueError(f"model.params.group_scores must be 'sum' or 'max', not {group_scores!r}")
         if selection_metric not in self.SELECTION_METRICS:
             raise ValueError(f"model.params.selection_metric must be one of {', '.join(self.SELECTION_METRICS)}, "
                              f"not {selection_metric!r}")
@@ -664,17 +667,20 @@ class GroundedGraphDecoder(Parser):
 
     @property
     def backbone(self) -> str:
-        """The encoder's size, the grounding heads where there are several and ``-varcount`` where a head predicts
-        the number of variables (so results tables keep them apart from the paper's model)."""
+        """The encoder's size, the grounding heads where there are several, ``-varcount`` where a head predicts
+        the number of variables and ``-groupmax`` where a group scores by its best word (so results tables keep
+        them apart from the paper's model)."""
         heads = self.hparams.attention_heads if self.hparams.grounding else 1
         return (f"bilstm{self.hparams.num_layers}x{self.hparams.hidden_size}" + (f"-{heads}heads" if heads > 1 else "")
-                + ("-varcount" if self.hparams.get("predict_variables") else ""))
+                + ("-varcount" if self.hparams.get("predict_variables") else "")
+                + ("-groupmax" if self.hparams.get("group_scores") == "max" and self.hparams.grounding else ""))
 
     # ----- network ---------------------------------------------------------------------------------------------
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Edge logits [B, P, P, R] and attribute logits [B, P, A] over the batch's node axis (``collate``), their
         candidate masks, query-type logits [B], and the node axis's slots (``nodes``, for decoding)."""
-        groups = self.word_embedding(batch["words"]).sum(dim=2)  # a group's embedding is its words' sum (§3.2)
+        words = self.word_embedding(batch["words"])  # [B, T, W, e]: each group's words
+        groups = words.sum(dim=2)  # a group's embedding is its words' sum (§3.2)
         inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
         states = self.encoder(inputs, batch["lengths"])
         if len(self.gnn):
@@ -683,7 +689,7 @@ class GroundedGraphDecoder(Parser):
         edges = self.subject_score(nodes)[:, :, None, :] + self.object_score(nodes)[:, None, :, :]
         attributes = self.attribute_score(nodes)
         if self.hparams.grounding:
-            grounded_edges, grounded_attributes = self._grounding(nodes, states, groups, batch["question_mask"])
+            grounded_edges, grounded_attributes = self._grounding(nodes, states, groups, words, batch)
             edges, attributes = edges + grounded_edges, attributes + grounded_attributes
         question = batch["question_mask"]
         pooled = (states * question[..., None]).sum(1) / question.sum(1, keepdim=True)
@@ -699,12 +705,24 @@ class GroundedGraphDecoder(Parser):
         out["edge_candidates"], out["attribute_candidates"] = self._candidates(batch, n_variables)
         return out
 
-    def _grounding(self, nodes, states, groups, question_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grounding(self, nodes, states, groups, words, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """``w_r^z . z_so`` for every (s, o, r) and ``w_a^z . z_sa`` for every (s, a): attention of each node pair
         (node and attribute) over the question's groups and NIL (§3.3); ``nu_k`` is group k's input embedding, the
-        sum of its words' embeddings."""
+        sum of its words' embeddings, so ``w_r^z . nu_k`` sums its words' scores. With ``group_scores="max"`` a
+        group scores relation r by its best word's ``w_r^z . e_word`` instead (beyond the paper): a sum lets words
+        that each lean a little towards r add up to r ("produced , written , edited , and directed by" read as
+        "executive produced"), a maximum grounds each relation in one word of the group."""
+        question_mask = batch["question_mask"]
         length = int(question_mask.sum(1).max())  # the question comes first in the sequence
-        question_mask, states, groups = question_mask[:, :length], states[:, :length], groups[:, :length]
+        question_mask, states = question_mask[:, :length], states[:, :length]
+
+        def group_scores(linear: nn.Linear) -> torch.Tensor:  # [B, T, heads * n]
+            if self.hparams.get("group_scores", "sum") == "sum":
+                return linear(groups[:, :length])
+            scores = linear(words[:, :length])  # [B, T, W, heads * n]
+            padding = (batch["words"][:, :length] == 0)[..., None]
+            best = scores.masked_fill(padding, float("-inf")).amax(dim=2)
+            return best.masked_fill(padding.all(dim=2), 0.0)  # positions past the sequence: no word
 
         def by_head(x: torch.Tensor) -> torch.Tensor:  # [..., heads * n] -> [..., heads, n]
             return x.unflatten(-1, (self.hparams.attention_heads, -1))
@@ -716,9 +734,9 @@ class GroundedGraphDecoder(Parser):
         from_attribute = torch.einsum("cha,btha->bcht", by_head(self.query_attribute.weight), keys)
         edge_attention = (from_subject[:, :, None] + from_object[:, None]).softmax(dim=-1)  # [B, S, O, H, T]
         attribute_attention = (from_subject[:, :, None] + from_attribute[:, None]).softmax(dim=-1)  # [B,S,A,H,T]
-        edges = torch.einsum("bsoht,bthr->bsor", edge_attention, by_head(self.grounded_score(groups)))
+        edges = torch.einsum("bsoht,bthr->bsor", edge_attention, by_head(group_scores(self.grounded_score)))
         attributes = torch.einsum("bscht,bthc->bsc", attribute_attention,
-                                  by_head(self.grounded_attribute_score(groups)))
+                                  by_head(group_scores(self.grounded_attribute_score)))
         return edges, attributes
 
     def _refine_with_dependencies(self, states: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:

@@ -144,17 +144,21 @@ def test_a_questions_scores_do_not_depend_on_its_batch():
     assert model.parse(batch) == [program for one in alone for program in model.parse(one)]
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_grounded_edge_score_matches_the_attention_written_out(heads):
+@pytest.mark.parametrize("heads,group_scores", [(1, "sum"), (2, "sum"), (2, "max")])
+def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scores):
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     torch.manual_seed(0)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
-                                 attention_heads=heads)
+                                 attention_heads=heads, group_scores=group_scores)
     batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
-    groups = model.word_embedding(batch["words"]).sum(dim=2)
+    second = torch.zeros_like(batch["words"])  # make the first question's second group two words
+    second[0, 1] = batch["words"][0, 3, 0]
+    batch["words"] = torch.cat([batch["words"], second], dim=2)
+    words = model.word_embedding(batch["words"])
+    groups = words.sum(dim=2)
     states = model.encoder(groups, batch["lengths"])
     nodes = torch.bmm(batch["incidence"], states)
-    edges, _ = model._grounding(nodes, states, groups, batch["question_mask"])
+    edges, _ = model._grounding(nodes, states, groups, words, batch)
     b, s, o, r = 0, 0, 1, 2  # one (question, subject, object, relation), by hand: a sum over heads
     length, n_relations = int(batch["question_mask"][b].sum()), len(featurizer.relations)
     expected = 0.0
@@ -162,10 +166,19 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads):
         q, k = slice(4 * h, 4 * h + 4), model.key.weight[4 * h: 4 * h + 4]
         query = model.query_subject(nodes[b, s])[q] + model.query_object(nodes[b, o])[q]
         weights = ((states[b, :length] @ k.T) @ query / 2.0).softmax(0)  # temperature sqrt(attention_dim)
-        expected = expected + (weights * (groups[b, :length] @ model.grounded_score.weight[h * n_relations + r])).sum()
+        w_r = model.grounded_score.weight[h * n_relations + r]
+        if group_scores == "sum":
+            values = groups[b, :length] @ w_r
+        else:  # each group's best word (every group here has one word but the second, which has two)
+            values = words[b, :length, 0] @ w_r
+            values[1] = torch.maximum(words[b, 1, 0] @ w_r, words[b, 1, 1] @ w_r)
+        expected = expected + (weights * values).sum()
     assert torch.allclose(edges[b, s, o, r], expected, atol=1e-5)
+    assert model.backbone.endswith("-groupmax") == (group_scores == "max")  # rows keep the two apart
     with pytest.raises(ValueError, match="attention_heads"):
         GroundedGraphDecoder(featurizer, "cfq_sparql", attention_heads=0)
+    with pytest.raises(ValueError, match="group_scores"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", group_scores="mean")
 
 
 def _model_with_dev():
