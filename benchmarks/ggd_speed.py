@@ -17,8 +17,9 @@ optimiser steps are timed phase by phase, after ``warmup`` untimed ones:
 ``validate`` times the scoring and decoding (at the configured threshold) of as many validation examples, in
 batches of ``data.eval_batch_size``, without the exact-match comparison. Floating-point operations are counted by
 ``torch.utils.flop_counter`` on one step, so ``flops_share`` is the achieved FLOP/s over the measured fp32 matmul
-FLOP/s (``zoo.speed``). Each row replaces the earlier row of the same (data, backbone, batch, bucketed, encoder
-chunks, precision, threads, hardware, commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
+FLOP/s (``zoo.speed``); ``lstm_share`` is the LSTM kernels' share of a step's time (``torch.profiler``). Each row
+replaces the earlier row of the same (data, backbone, batch, bucketed, encoder chunks, precision, threads, hardware,
+commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
 
     python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
     python benchmarks/ggd_speed.py +trainer.precision=bf16-mixed  # the forward pass under bfloat16 autocast
@@ -116,7 +117,25 @@ def train_profile(model, encoded: list[list[dict]], warmup: int, bf16: bool = Fa
         flops += counted_flops(lambda: model.loss(batch)[0].backward())
     optimizer.zero_grad()
     return {**{f"{phase}_ms_per_step": 1e3 * seconds[phase] / timed for phase in PHASES},
-            "examples_per_s": timed_examples / sum(seconds.values()), "flops_per_step": flops / timed}
+            "examples_per_s": timed_examples / sum(seconds.values()), "flops_per_step": flops / timed,
+            "lstm_share": lstm_share(model, encoded[warmup:warmup + 3], bf16)}
+
+
+def lstm_share(model, encoded: list[list[dict]], bf16: bool = False) -> float:
+    """The LSTM's share of a training step's time (forward and backward), from ``torch.profiler`` over a few of
+    the timed batches (profiled apart from the timing, whose numbers its overhead would change): the share of CPU
+    time spent in the recurrent kernels, the part of a step that only a faster LSTM can shorten."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for items in encoded:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss, _ = model.loss(model.featurizer.collate(items))
+            loss.backward()
+    model.zero_grad()
+    events = profiler.key_averages()
+    recurrent = sum(e.self_cpu_time_total for e in events if "rnn" in e.key.lower() or "lstm" in e.key.lower())
+    return recurrent / max(1e-9, sum(e.self_cpu_time_total for e in events))
 
 
 @torch.no_grad()
@@ -180,18 +199,19 @@ def main(argv: list[str] | None = None) -> dict:
            "bucketed": bool(pool_batches), "encoder_chunks": model.encoder.chunks, "precision": precision,
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
            "hardware": hardware_string(), "git_commit": git_commit(), "steps": args.steps,
-           **{key: round(value, 3) for key, value in profile.items() if key != "flops_per_step"},
+           **{key: round(value, 3) for key, value in profile.items() if key not in ("flops_per_step", "lstm_share")},
            "validate_examples_per_s": round(validate_profile(model, list(datamodule.val)[:needed],
                                                              datamodule.eval_batch_size), 1),
            "gflops_per_step": round(profile["flops_per_step"] / 1e9, 3),
            "matmul_gflops": round(peak / 1e9, 2),
-           "flops_share": round(profile["flops_per_step"] / seconds_per_step / peak, 4)}
+           "flops_share": round(profile["flops_per_step"] / seconds_per_step / peak, 4),
+           "lstm_share": round(profile["lstm_share"], 3)}
     append_row(args.out, row, replacing=KEY)
     breakdown = ", ".join(f"{phase} {row[f'{phase}_ms_per_step']:.0f}" for phase in PHASES)
     print(f"ggd {row['backbone']} batch {batch_size}, {row['threads']} threads: {row['examples_per_s']:.0f} training "
           f"examples/s (ms a step: {breakdown}; first encoding {row['encode_ms_per_example']:.2f} ms an example), "
           f"{row['validate_examples_per_s']:.0f} validation examples/s, {100 * row['flops_share']:.2f}% of the "
-          f"{row['matmul_gflops']} GFLOP/s matmul rate")
+          f"{row['matmul_gflops']} GFLOP/s matmul rate; the LSTM's kernels {100 * row['lstm_share']:.0f}% of a step")
     return row
 
 

@@ -24,7 +24,7 @@ def test_ggd_speed_benchmark_on_smoke(tmp_path):
     for phase in ggd_speed.PHASES:
         assert row[f"{phase}_ms_per_step"] > 0
     assert row["examples_per_s"] > 0 and row["validate_examples_per_s"] > 0 and row["encode_ms_per_example"] > 0
-    assert row["gflops_per_step"] > 0 and 0 < row["flops_share"] < 1
+    assert row["gflops_per_step"] > 0 and 0 < row["flops_share"] < 1 and 0 < row["lstm_share"] < 1
     ggd_speed.main(arguments)
     assert len(read_rows(out)) == 1  # a rerun replaces its row
     with pytest.raises(SystemExit, match="training examples"):
