@@ -340,8 +340,30 @@ class SpanBasedParser(Parser):
         states = self.dropout(states)
         return states, states
 
+    def average_with(self, others: Sequence["SpanBasedParser"]) -> "SpanBasedParser":
+        """Score spans, outside training, with the mean of this parser's and ``others``' span scores (an ensemble,
+        beyond the paper; ``augment.ensemble``): a tree's score, a sum of span scores, is then the mean of the
+        parsers' scores of that tree. Each of ``others`` must read a batch as this one does (the same categories,
+        lexicon and words), as the first and second parsers of ``augment=subs`` do."""
+        for other in others:
+            for part in ("categories", "phrases", "words", "named_words"):
+                if getattr(other.featurizer, part) != getattr(self.featurizer, part):
+                    raise ValueError(f"span_cky: cannot average span scores with a parser whose featurizer has other "
+                                     f"{part}: the score tables would not line up")
+        self.averaged_with = [other.eval() for other in others]  # a list: not submodules, so never saved with it
+        return self
+
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Span scores [B, n+1, n+1, C] over half-open spans (i, j): s(x_{i:j}, c) + λ·δ(x_{i:j}, c)."""
+        """Span scores [B, n+1, n+1, C] over half-open spans (i, j): s(x_{i:j}, c) + λ·δ(x_{i:j}, c); outside
+        training, with ``average_with``, their mean over the parsers."""
+        scores = self.span_scores(batch)
+        others = getattr(self, "averaged_with", [])
+        if others and not self.training:
+            scores = torch.stack([scores, *(other.to(scores.device).span_scores(batch) for other in others)]).mean(0)
+        return scores
+
+    def span_scores(self, batch: dict[str, Any]) -> torch.Tensor:
+        """This parser's span scores (``forward``)."""
         first, last = self.word_states(batch)
         b, n, d = first.shape
         starts = first[:, :, None, :].expand(b, n, n, d)  # [B, i, j-1, d]: first and last word of the span

@@ -93,3 +93,11 @@ def test_two_stage_run_trains_on_substituted_examples(tmp_path):
     # another ratio trains the second parser only
     other = run(smoke(tmp_path, "augment=subs"), tmp_path / "subs1")
     assert other["stage_dirs"].split()[0] == trees_dir and other["stage_dirs"].split()[1] != subs_dir
+
+    # the two parsers together: nothing trains again, the second parser alone is kept for comparison
+    ensemble = run(smoke(tmp_path, "augment=subs", "augment.ratio=2", "augment.ensemble=true"), tmp_path / "ens")
+    assert ensemble["variant"].startswith("spanbasedsp+subs2+ensemble") and ensemble["stage_dirs"] == row["stage_dirs"]
+    assert ensemble["test_stage2_denotation"] == row["test_denotation"]
+    assert ensemble["test_stage1_denotation"] == row["test_stage1_denotation"]
+    assert 0 <= ensemble["test_denotation"] <= 1
+    assert len((tmp_path / "ens" / "predictions.jsonl").read_text().splitlines()) == 8

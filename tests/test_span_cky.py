@@ -449,3 +449,23 @@ def test_foreign_constants_bar_only_spans_of_several_words_over_a_named_word():
     assert not barred[2, 3].any()  # the word alone: the network decides
     assert barred[1, 3].tolist() == [False, True, True, False, True] == barred[2, 4].tolist()
     assert not barred[0, 2].any() and not barred[3, 4].any()  # spans without the word
+
+
+def test_averaged_parsers_score_spans_with_the_mean_outside_training_only():
+    """augment.ensemble: the second parser decodes with the mean of both parsers' span scores, and trains as before;
+    a parser whose featurizer reads batches otherwise is refused."""
+    examples = [Example("walk right twice", "i_twice ( i_walk ( i_right ) )", {}), Example("jump", "i_jump ( )", {})]
+    featurizer = SpanFeaturizer("scan_sp").fit(examples)
+    torch.manual_seed(0)
+    first, second = (SpanBasedParser(featurizer, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1,
+                                     dropout=0.0) for _ in range(2))
+    batch = featurizer.collate([featurizer.encode(e) for e in examples])
+    with torch.no_grad():
+        alone = second(batch)
+        second.average_with([first])
+        assert torch.allclose(second.eval()(batch), (alone + first(batch)) / 2)
+        assert torch.equal(second.train()(batch), alone)
+    assert "averaged_with" not in "".join(second.state_dict())  # the other parser is not saved with it
+    other = SpanFeaturizer("scan_sp").fit(examples[:1])
+    with pytest.raises(ValueError, match="other categories"):
+        SpanBasedParser(other, "scan_sp", embedding_dim=8, hidden_size=8, num_layers=1).average_with([first])

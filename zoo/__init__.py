@@ -28,11 +28,14 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
     return "baseline" if ir in (None, "none") else ir
 
 
-def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False) -> str:
+def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False, ensemble: bool = False) -> str:
     """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
     ``+subs1`` for ``augment=subs`` with one substituted example per training example, ``+subs1+grow`` where every
-    substitution lengthens its program (``augment.grow``); nothing without."""
-    return "" if name in (None, "none") else f"+{name}{ratio:g}" + ("+grow" if grow else "")
+    substitution lengthens its program (``augment.grow``), ``+ensemble`` where the two parsers decode together
+    (``augment.ensemble``); nothing without."""
+    if name in (None, "none"):
+        return ""
+    return f"+{name}{ratio:g}" + ("+grow" if grow else "") + ("+ensemble" if ensemble else "")
 
 
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
@@ -54,7 +57,8 @@ def run_variant(cfg) -> str:
     """The results' variant of a run config: the model's (``rir``, ``gandr-k4-a0.5``), the augmentation (``+subs1``)
     and the data subsample (``-sample1000``), as configs/run.yaml names its directory."""
     augment = cfg.get("augment") or {}
-    suffix = augment_suffix(augment.get("name"), augment.get("ratio", 1), augment.get("grow", False))
+    suffix = augment_suffix(augment.get("name"), augment.get("ratio", 1), augment.get("grow", False),
+                            augment.get("ensemble", False))
     return f"{cfg.model.variant}{suffix}{cfg.get('subsample') or ''}"
 
 

@@ -24,7 +24,11 @@ Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
    examples, drawn at random (by the run's seed); its checkpoint is chosen on the unchanged dev set and it is tested
    on the unchanged test set. The substituted examples are saved in the run directory (``augmented.jsonl``).
 
-The run's variant gains ``+subs<ratio>`` (and ``+grow``; ``zoo.augment_suffix``). What LENGTH asks for is programs
+With ``augment.ensemble`` (beyond SUBS) the test set is then decoded by both parsers together, with the mean of
+their span scores (``SpanBasedParser.average_with``): the row's test numbers are the pair's, the second parser's
+alone are its ``test_stage2_*`` columns, and the first parser's ``test_stage1_*`` as always.
+
+The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``; ``zoo.augment_suffix``). What LENGTH asks for is programs
 longer than any in training: substitution puts whole sub-programs inside others, so it composes parts the training
 set never composed, and with ``grow`` many of its programs are longer than every training program.
 """
@@ -159,6 +163,25 @@ def latent_trees(model, examples: list[Example], batch_size: int) -> list:
     return trees
 
 
+def ensemble_test(cfg: DictConfig, stage_dirs: list[Path], run_dir: Path) -> dict[str, float]:
+    """``augment.ensemble``: the test set decoded with the mean of the stages' span scores (each stage's best
+    checkpoint; ``SpanBasedParser.average_with``), scored as any test run is; its predictions go to the run
+    directory. The test metrics, as results columns."""
+    import lightning.pytorch as L
+
+    models = [load_stage_model(d) for d in stage_dirs]
+    final = models[-1].average_with(models[:-1])
+    datamodule = prepared_data(cfg)
+    datamodule.attach(final.featurizer)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, devices=1,
+                        accelerator="gpu" if torch.cuda.is_available() else "cpu")
+    metrics = trainer.test(final, datamodule=datamodule, verbose=False)[0]
+    write_jsonl(run_dir / "predictions.jsonl", final.test_predictions)
+    log.info("augment.ensemble: the %d parsers together on test: %s", len(models),
+             {key: round(float(value), 4) for key, value in metrics.items()})
+    return {key.replace("/", "_"): float(value) for key, value in metrics.items()}
+
+
 def check_settings(cfg: DictConfig, formalism: str) -> None:
     """Refuse, before any training, settings that cannot work."""
     from zoo.train import RunConfigError
@@ -209,15 +232,20 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     subs_dir = stage_directory(cfg, root, "subs", stage)
     stage_rows.append(run_stage(cfg, "subs", subs_dir,
                                 lambda split, examples: examples + augmented if split == "train" else examples))
-    write_jsonl(run_dir / "predictions.jsonl", read_predictions(subs_dir / "predictions.jsonl"))
     final = stage_rows[-1]
     test_seconds = len(test) / max(float(final["test_examples_per_s"]), 1e-9)
     row = combined_row(cfg, stage_rows, [trees_dir, subs_dir], run_dir, commit, len(train), len(test), test_seconds)
-    row.update(test_metrics(final))
     # the first parser is the same setting without augmentation: its test numbers are the comparison
-    first = test_metrics(stage_rows[0])
-    row.update({f"test_stage1_{key[len('test_'):]}": first[key] for key in ("test_exact_match", "test_denotation")
-                if key in first})
+    compared = {"test_stage1": test_metrics(stage_rows[0])}
+    if settings.get("ensemble"):
+        compared["test_stage2"] = test_metrics(final)
+        row.update(ensemble_test(cfg, [trees_dir, subs_dir], run_dir))
+    else:
+        write_jsonl(run_dir / "predictions.jsonl", read_predictions(subs_dir / "predictions.jsonl"))
+        row.update(test_metrics(final))
+    for prefix, metrics in compared.items():
+        row.update({f"{prefix}_{key[len('test_'):]}": metrics[key] for key in ("test_exact_match", "test_denotation")
+                    if key in metrics})
     (run_dir / "augment.json").write_text(json.dumps({
         "trees": sum(t is not None for t in trees), "n_train": len(train), "slots": len(slots),
         "augmented": len(augmented), "stage_dirs": [str(trees_dir), str(subs_dir)]}, indent=1))
