@@ -28,9 +28,10 @@ With ``augment.ensemble`` (beyond SUBS) the test set is then decoded by both par
 their span scores (``SpanBasedParser.average_with``): the row's test numbers are the pair's, the second parser's
 alone are its ``test_stage2_*`` columns, and the first parser's ``test_stage1_*`` as always.
 
-The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``; ``zoo.augment_suffix``). What LENGTH asks for is programs
-longer than any in training: substitution puts whole sub-programs inside others, so it composes parts the training
-set never composed, and with ``grow`` many of its programs are longer than every training program.
+The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``; ``zoo.augment_suffix``). What LENGTH asks
+for is programs longer than any in training: substitution puts whole sub-programs inside others, so it composes
+parts the training set never composed, and with ``grow`` many of its programs are longer than every training
+program.
 """
 from __future__ import annotations
 
