@@ -162,7 +162,7 @@ def test_every_suite_file_is_well_formed_and_an_unknown_suite_is_named():
     for path in sorted((REPO / "configs" / "suite").glob("*.yaml")):
         _, loaded = suite.read_suite(path.stem)
         assert suite.expand(loaded), path
-    known = "cpu_day, ggd_final, gpu_hour, paper_tables, seq2seq_turn_left_heldout, smoke"
+    known = "cpu_day, ggd_authors_schedule, ggd_final, gpu_hour, paper_tables, seq2seq_turn_left_heldout, smoke"
     with pytest.raises(suite.SuiteError, match=f"no suite 'nope'.*known: {known}"):
         suite.read_suite("nope")
 
