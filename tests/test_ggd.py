@@ -144,12 +144,13 @@ def test_a_questions_scores_do_not_depend_on_its_batch():
     assert model.parse(batch) == [program for one in alone for program in model.parse(one)]
 
 
-@pytest.mark.parametrize("heads,group_scores", [(1, "sum"), (2, "sum"), (2, "max")])
-def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scores):
+@pytest.mark.parametrize("heads,group_scores,attention", [(1, "sum", "softmax"), (2, "sum", "softmax"),
+                                                         (2, "max", "softmax"), (2, "max", "sigmoid")])
+def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scores, attention):
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     torch.manual_seed(0)
     model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
-                                 attention_heads=heads, group_scores=group_scores)
+                                 attention_heads=heads, group_scores=group_scores, grounding_attention=attention)
     batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
     second = torch.zeros_like(batch["words"])  # make the first question's second group two words
     second[0, 1] = batch["words"][0, 3, 0]
@@ -165,7 +166,8 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scor
     for h in range(heads):
         q, k = slice(4 * h, 4 * h + 4), model.key.weight[4 * h: 4 * h + 4]
         query = model.query_subject(nodes[b, s])[q] + model.query_object(nodes[b, o])[q]
-        weights = ((states[b, :length] @ k.T) @ query / 2.0).softmax(0)  # temperature sqrt(attention_dim)
+        logits = (states[b, :length] @ k.T) @ query / 2.0  # temperature sqrt(attention_dim)
+        weights = logits.softmax(0) if attention == "softmax" else logits.sigmoid()  # sigmoid: each on its own
         w_r = model.grounded_score.weight[h * n_relations + r]
         if group_scores == "sum":
             values = groups[b, :length] @ w_r
@@ -174,11 +176,14 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scor
             values[1] = torch.maximum(words[b, 1, 0] @ w_r, words[b, 1, 1] @ w_r)
         expected = expected + (weights * values).sum()
     assert torch.allclose(edges[b, s, o, r], expected, atol=1e-5)
-    assert model.backbone.endswith("-groupmax") == (group_scores == "max")  # rows keep the two apart
+    assert ("-groupmax" in model.backbone) == (group_scores == "max")  # rows keep the variants apart
+    assert model.backbone.endswith("-sigmoid") == (attention == "sigmoid")
     with pytest.raises(ValueError, match="attention_heads"):
         GroundedGraphDecoder(featurizer, "cfq_sparql", attention_heads=0)
     with pytest.raises(ValueError, match="group_scores"):
         GroundedGraphDecoder(featurizer, "cfq_sparql", group_scores="mean")
+    with pytest.raises(ValueError, match="grounding_attention"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", grounding_attention="relu")
 
 
 def _model_with_dev():
