@@ -186,6 +186,28 @@ def test_grounded_edge_score_matches_the_attention_written_out(heads, group_scor
         GroundedGraphDecoder(featurizer, "cfq_sparql", grounding_attention="relu")
 
 
+def test_shared_node_terms_leave_telling_relations_apart_to_grounding():
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    torch.manual_seed(0)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
+                                 node_terms="shared")
+    with torch.no_grad():
+        model.relation_bias.normal_()
+        batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
+        edges = model(batch)["edges"]
+        words = model.word_embedding(batch["words"])
+        states = model.encoder(words.sum(dim=2), batch["lengths"])
+        nodes = torch.bmm(batch["incidence"], states)
+        grounded, _ = model._grounding(nodes, states, words.sum(dim=2), words, batch)
+    node_terms = edges - grounded - model.relation_bias  # what the node states add: one number for all relations
+    assert torch.allclose(node_terms, node_terms[..., :1].expand_as(node_terms), atol=1e-5)
+    assert model.backbone.endswith("-sharednodes")
+    with pytest.raises(ValueError, match="needs grounding"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", node_terms="shared", grounding=False)
+    with pytest.raises(ValueError, match="node_terms"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", node_terms="none")
+
+
 def _model_with_dev():
     """A tiny GGD whose (mock) trainer hands it EXAMPLES as dev, and the index of each threshold."""
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
