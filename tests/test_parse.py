@@ -1,8 +1,10 @@
 """zoo.load and python -m zoo.parse (zoo/inference.py, zoo/parse.py) on debug=smoke runs: a loaded run parses its own
 test utterances into the predictions its test saved, executes them as scoring did, and refuses what it cannot load
 or encode, naming it."""
+import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from zoo.formalisms import FormalismError, get_formalism
 from zoo.inference import (LoadError, NotExecutableError, UnencodableUtteranceError, normalize, chosen_thresholds)
 from zoo.parse import jsonable, main, span_tree_lines
 from zoo.registry import get_dataset
+from zoo.results import read_rows
 from zoo.retrieval import Retriever, with_exemplars
 from zoo.launch import run
 
@@ -290,3 +293,26 @@ def test_cli_says_what_is_wrong_in_one_line(span_run, tmp_path):
         main([str(tmp_path / "none"), "how many rivers are in texas ?"])
     with pytest.raises(SystemExit, match="error: cannot parse '': it is empty"):
         main([str(span_run), "how many rivers are in texas ?", ""])
+
+
+@needs_mirror
+def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, runs, tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("dev_slice", REPO / "benchmarks" / "dev_slice.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dev_slice = module.main
+    monkeypatch.setenv("ZOO_RESULTS", str(runs / "runs.csv"))  # where the smoke run's row is
+    pattern, out = "^Who was M[0-9] ' s cinematographer", tmp_path / "dev_slices.csv"
+    splits = read_splits("cfq_mcd1")
+    dev = [e for e in splits["dev"] if re.match(pattern, e.utterance)]
+    sparql = get_formalism("cfq_sparql")
+    right = sum(sparql.canonical(p) == sparql.canonical(e.program)
+                for p, e in zip(zoo.load(ggd_run).parse([e.utterance for e in dev]), dev))
+    for _ in range(2):  # a second measurement of the same run and pattern replaces the first
+        assert dev_slice([pattern, str(ggd_run), "--out", str(out)]) == 0
+    (row,) = read_rows(out)
+    assert (row["pattern"], int(row["n_dev"]), int(row["n_train"])) == (pattern, len(dev), 0)  # withheld in training
+    assert float(row["dev_exact_match"]) == pytest.approx(right / len(dev), abs=1e-6)
+    assert row["model"] == "ggd" and row["data"] == "cfq_mcd1"
+    with pytest.raises(SystemExit, match="no dev question"):
+        dev_slice(["^no such question$", str(ggd_run), "--out", str(out)])

@@ -1,0 +1,75 @@
+"""Exact match of trained runs on the dev questions that match a pattern: where a seed fails, read on dev only.
+
+Issue 24 asks where GGD's seeds differ. MCD splits withhold constructions from training, and a seed that never
+learned to compose one fails on all of its questions at once; this script measures that on dev, so that what it
+finds may feed a choice (the test set stays unread):
+
+    python benchmarks/dev_slice.py "^Who was M[0-9] ' s" runs/ggd-authors_sizes-groupmax/cfq_mcd1/seed*
+
+Each run is loaded as ``python -m zoo.parse`` loads it (``zoo.load``: its tested checkpoint, GGD's thresholds as
+chosen on dev) and parses the dev questions whose utterance matches the regular expression; a question counts as
+right by the same exact match as a run's (``zoo.metrics.exact_match_flags``; an unparsable prediction is wrong).
+A row per (run, pattern) goes to ``results/dev_slices.csv`` (``--out``), replacing that pair's earlier row, with
+how many training and dev questions match: a pattern with no training question is a construction that training
+withheld.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from datamodules import read_splits  # noqa: E402
+from zoo.formalisms import get_formalism  # noqa: E402
+from zoo.inference import load, results_row  # noqa: E402
+from zoo.metrics import exact_match_flags  # noqa: E402
+from zoo.registry import get_dataset  # noqa: E402
+from zoo.results import append_row, path_for_row, results_table  # noqa: E402
+from zoo.train import git_commit  # noqa: E402
+
+
+def slice_row(run_dir: Path, pattern: str) -> dict:
+    """The row of one run: its results row's identity, the pattern's counts and the run's exact match on it."""
+    recorded = results_row(run_dir)
+    if recorded is None:
+        raise SystemExit(f"{run_dir}: no results row names this run directory, so its dataset is unknown")
+    data = recorded["data"]
+    splits = read_splits(data)
+    if "dev" not in splits:
+        raise SystemExit(f"{run_dir}: dataset {data} has no dev split")
+    matches = re.compile(pattern).search
+    dev = [e for e in splits["dev"] if matches(e.utterance)]
+    if not dev:
+        raise SystemExit(f"no dev question of {data} matches {pattern!r}")
+    predictions = load(run_dir).parse([e.utterance for e in dev])
+    formalism = get_formalism(get_dataset(data).formalism)
+    right = sum(exact_match_flags(predictions, [e.program for e in dev], formalism))
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "git_commit": git_commit(),
+            **{key: recorded[key] for key in ("model", "variant", "backbone", "data", "seed")},
+            "run_commit": recorded["git_commit"], "run_dir": path_for_row(run_dir), "pattern": pattern,
+            "n_train": sum(bool(matches(e.utterance)) for e in splits["train"]), "n_dev": len(dev),
+            "dev_exact_match": round(right / len(dev), 6)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("pattern", help="a regular expression, searched in each dev utterance")
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--out", default=str(results_table("dev_slices.csv")))
+    args = parser.parse_args(argv)
+    re.compile(args.pattern)  # a bad pattern fails before any run is loaded
+    for run_dir in args.run_dirs:
+        row = slice_row(run_dir, args.pattern)
+        append_row(args.out, row, replacing=("run_dir", "pattern"))
+        print(f"{row['run_dir']}: {100 * row['dev_exact_match']:.1f}% of {row['n_dev']} dev questions "
+              f"({row['n_train']} training questions match)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
