@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def slice_row(run_dir: Path, pattern: str) -> dict:
     predictions = load(run_dir).parse([e.utterance for e in dev])
     formalism = get_formalism(get_dataset(data).formalism)
     right = sum(exact_match_flags(predictions, [e.program for e in dev], formalism))
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), "git_commit": git_commit(),
+    return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
             **{key: recorded[key] for key in ("model", "variant", "backbone", "data", "seed")},
             "run_commit": recorded["git_commit"], "run_dir": path_for_row(run_dir), "pattern": pattern,
             "n_train": sum(bool(matches(e.utterance)) for e in splits["train"]), "n_dev": len(dev),
