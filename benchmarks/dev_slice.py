@@ -11,13 +11,16 @@ chosen on dev) and parses the dev questions whose utterance matches the regular 
 right by the same exact match as a run's (``zoo.metrics.exact_match_flags``; an unparsable prediction is wrong).
 A row per (run, pattern) goes to ``results/dev_slices.csv`` (``--out``), replacing that pair's earlier row, with
 how many training and dev questions match: a pattern with no training question is a construction that training
-withheld.
+withheld. It also says what the wrong answers lack and add: ``most_missed`` and ``most_added`` name the structural
+tokens (the formalism's ``structure``: CFQ relations and types, FunQL predicates, SQL columns) that the most wrong
+answers have fewer or more of than the gold program, each with its number of questions.
 """
 from __future__ import annotations
 
 import argparse
 import re
 import sys
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,6 +34,22 @@ from zoo.metrics import exact_match_flags  # noqa: E402
 from zoo.registry import get_dataset  # noqa: E402
 from zoo.results import append_row, path_for_row, results_table  # noqa: E402
 from zoo.train import git_commit  # noqa: E402
+
+
+def structure_differences(predictions: list[str], golds: list[str], formalism) -> tuple[Counter, Counter]:
+    """For each structural token, in how many wrong answers it occurs fewer times (missed) or more times (added)
+    than in the gold program."""
+    missed, added = Counter(), Counter()
+    for prediction, gold, right in zip(predictions, golds, exact_match_flags(predictions, golds, formalism)):
+        if not right:
+            predicted, wanted = Counter(formalism.structure(prediction)), Counter(formalism.structure(gold))
+            missed.update((wanted - predicted).keys())
+            added.update((predicted - wanted).keys())
+    return missed, added
+
+
+def most_common(counts: Counter, n: int = 5) -> str:
+    return "; ".join(f"{token} {count}" for token, count in counts.most_common(n))
 
 
 def slice_row(run_dir: Path, pattern: str) -> dict:
@@ -48,12 +67,15 @@ def slice_row(run_dir: Path, pattern: str) -> dict:
         raise SystemExit(f"no dev question of {data} matches {pattern!r}")
     predictions = load(run_dir).parse([e.utterance for e in dev])
     formalism = get_formalism(get_dataset(data).formalism)
-    right = sum(exact_match_flags(predictions, [e.program for e in dev], formalism))
+    golds = [e.program for e in dev]
+    right = sum(exact_match_flags(predictions, golds, formalism))
+    missed, added = structure_differences(predictions, golds, formalism)
     return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
             **{key: recorded[key] for key in ("model", "variant", "backbone", "data", "seed")},
             "run_commit": recorded["git_commit"], "run_dir": path_for_row(run_dir), "pattern": pattern,
             "n_train": sum(bool(matches(e.utterance)) for e in splits["train"]), "n_dev": len(dev),
-            "dev_exact_match": round(right / len(dev), 6)}
+            "dev_exact_match": round(right / len(dev), 6), "most_missed": most_common(missed),
+            "most_added": most_common(added)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         row = slice_row(run_dir, args.pattern)
         append_row(args.out, row, replacing=("run_dir", "pattern"))
         print(f"{row['run_dir']}: {100 * row['dev_exact_match']:.1f}% of {row['n_dev']} dev questions "
-              f"({row['n_train']} training questions match)", flush=True)
+              f"({row['n_train']} training questions match); wrong answers miss {row['most_missed'] or '-'}, "
+              f"add {row['most_added'] or '-'}", flush=True)
     return 0
 
 

@@ -295,12 +295,29 @@ def test_cli_says_what_is_wrong_in_one_line(span_run, tmp_path):
         main([str(span_run), "how many rivers are in texas ?", ""])
 
 
-@needs_mirror
-def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, runs, tmp_path, monkeypatch):
+def load_dev_slice():
     spec = importlib.util.spec_from_file_location("dev_slice", REPO / "benchmarks" / "dev_slice.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    dev_slice = module.main
+    return module
+
+
+def test_dev_slice_counts_what_wrong_answers_miss_and_add():
+    module = load_dev_slice()
+    gold = "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.editor.film M1 . ?x0 film.writer.film M1 }"
+    predictions = [gold,  # right: counts nowhere
+                   "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.editor.film M1 }",
+                   "SELECT DISTINCT ?x0 WHERE { ?x0 film.editor.film M1 . ?x0 film.producer.film M1 }",
+                   "no query here"]  # unparsable: wrong, and it lacks everything
+    missed, added = module.structure_differences(predictions, [gold] * 4, get_formalism("cfq_sparql"))
+    assert missed == {"film.writer.film": 3, "people.person": 2, "a": 2, "DISTINCT": 1, "film.editor.film": 1}
+    assert added == {"film.producer.film": 1, "no": 1, "query": 1, "here": 1}
+    assert module.most_common(missed, 1) == "film.writer.film 3"
+
+
+@needs_mirror
+def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, runs, tmp_path, monkeypatch):
+    dev_slice = load_dev_slice().main
     monkeypatch.setenv("ZOO_RESULTS", str(runs / "runs.csv"))  # where the smoke run's row is
     pattern, out = "^Who was M[0-9] ' s cinematographer", tmp_path / "dev_slices.csv"
     splits = read_splits("cfq_mcd1")
