@@ -36,11 +36,12 @@ from zoo.results import append_row, path_for_row, results_table  # noqa: E402
 from zoo.train import git_commit  # noqa: E402
 
 
-def structure_differences(predictions: list[str], golds: list[str], formalism) -> tuple[Counter, Counter]:
+def structure_differences(predictions: list[str], golds: list[str], rights: list[bool],
+                          formalism) -> tuple[Counter, Counter]:
     """For each structural token, in how many wrong answers it occurs fewer times (missed) or more times (added)
     than in the gold program."""
     missed, added = Counter(), Counter()
-    for prediction, gold, right in zip(predictions, golds, exact_match_flags(predictions, golds, formalism)):
+    for prediction, gold, right in zip(predictions, golds, rights):
         if not right:
             predicted, wanted = Counter(formalism.structure(prediction)), Counter(formalism.structure(gold))
             missed.update((wanted - predicted).keys())
@@ -68,13 +69,13 @@ def slice_row(run_dir: Path, pattern: str) -> dict:
     predictions = load(run_dir).parse([e.utterance for e in dev])
     formalism = get_formalism(get_dataset(data).formalism)
     golds = [e.program for e in dev]
-    right = sum(exact_match_flags(predictions, golds, formalism))
-    missed, added = structure_differences(predictions, golds, formalism)
+    rights = exact_match_flags(predictions, golds, formalism)
+    missed, added = structure_differences(predictions, golds, rights, formalism)
     return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
             **{key: recorded[key] for key in ("model", "variant", "backbone", "data", "seed")},
             "run_commit": recorded["git_commit"], "run_dir": path_for_row(run_dir), "pattern": pattern,
             "n_train": sum(bool(matches(e.utterance)) for e in splits["train"]), "n_dev": len(dev),
-            "dev_exact_match": round(right / len(dev), 6), "most_missed": most_common(missed),
+            "dev_exact_match": round(sum(rights) / len(dev), 6), "most_missed": most_common(missed),
             "most_added": most_common(added)}
 
 

@@ -309,7 +309,8 @@ def test_dev_slice_counts_what_wrong_answers_miss_and_add():
                    "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.editor.film M1 }",
                    "SELECT DISTINCT ?x0 WHERE { ?x0 film.editor.film M1 . ?x0 film.producer.film M1 }",
                    "no query here"]  # unparsable: wrong, and it lacks everything
-    missed, added = module.structure_differences(predictions, [gold] * 4, get_formalism("cfq_sparql"))
+    rights = [True, False, False, False]
+    missed, added = module.structure_differences(predictions, [gold] * 4, rights, get_formalism("cfq_sparql"))
     assert missed == {"film.writer.film": 3, "people.person": 2, "a": 2, "DISTINCT": 1, "film.editor.film": 1}
     assert added == {"film.producer.film": 1, "no": 1, "query": 1, "here": 1}
     assert module.most_common(missed, 1) == "film.writer.film 3"
