@@ -24,6 +24,10 @@ from zoo.results import read_rows
 from zoo.retrieval import Retriever, with_exemplars
 from zoo.launch import run
 
+_spec = importlib.util.spec_from_file_location("dev_slice", REPO / "benchmarks" / "dev_slice.py")
+dev_slice = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dev_slice)
+
 
 def test_normalize_splits_end_punctuation_and_lower_cases_on_request():
     assert normalize("  How many rivers are in Texas?  ", lowercase=True) == "how many rivers are in texas ?"
@@ -295,30 +299,21 @@ def test_cli_says_what_is_wrong_in_one_line(span_run, tmp_path):
         main([str(span_run), "how many rivers are in texas ?", ""])
 
 
-def load_dev_slice():
-    spec = importlib.util.spec_from_file_location("dev_slice", REPO / "benchmarks" / "dev_slice.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_dev_slice_counts_what_wrong_answers_miss_and_add():
-    module = load_dev_slice()
     gold = "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.editor.film M1 . ?x0 film.writer.film M1 }"
     predictions = [gold,  # right: counts nowhere
                    "SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 film.editor.film M1 }",
                    "SELECT DISTINCT ?x0 WHERE { ?x0 film.editor.film M1 . ?x0 film.producer.film M1 }",
                    "no query here"]  # unparsable: wrong, and it lacks everything
     rights = [True, False, False, False]
-    missed, added = module.structure_differences(predictions, [gold] * 4, rights, get_formalism("cfq_sparql"))
+    missed, added = dev_slice.structure_differences(predictions, [gold] * 4, rights, get_formalism("cfq_sparql"))
     assert missed == {"film.writer.film": 3, "people.person": 2, "a": 2, "DISTINCT": 1, "film.editor.film": 1}
     assert added == {"film.producer.film": 1, "no": 1, "query": 1, "here": 1}
-    assert module.most_common(missed, 1) == "film.writer.film 3"
+    assert dev_slice.most_common(missed, 1) == "film.writer.film 3"
 
 
 @needs_mirror
 def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, runs, tmp_path, monkeypatch):
-    dev_slice = load_dev_slice().main
     monkeypatch.setenv("ZOO_RESULTS", str(runs / "runs.csv"))  # where the smoke run's row is
     pattern, out = "^Who was M[0-9] ' s cinematographer", tmp_path / "dev_slices.csv"
     splits = read_splits("cfq_mcd1")
@@ -327,10 +322,10 @@ def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, 
     right = sum(sparql.canonical(p) == sparql.canonical(e.program)
                 for p, e in zip(zoo.load(ggd_run).parse([e.utterance for e in dev]), dev))
     for _ in range(2):  # a second measurement of the same run and pattern replaces the first
-        assert dev_slice([pattern, str(ggd_run), "--out", str(out)]) == 0
+        assert dev_slice.main([pattern, str(ggd_run), "--out", str(out)]) == 0
     (row,) = read_rows(out)
     assert (row["pattern"], int(row["n_dev"]), int(row["n_train"])) == (pattern, len(dev), 0)  # withheld in training
     assert float(row["dev_exact_match"]) == pytest.approx(right / len(dev), abs=1e-6)
     assert row["model"] == "ggd" and row["data"] == "cfq_mcd1"
     with pytest.raises(SystemExit, match="no dev question"):
-        dev_slice(["^no such question$", str(ggd_run), "--out", str(out)])
+        dev_slice.main(["^no such question$", str(ggd_run), "--out", str(out)])
