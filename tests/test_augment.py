@@ -11,6 +11,7 @@ from models.span_programs import FunQLSpans
 from zoo.augment import AugmentError, exchangeable_nodes, substitute
 from zoo.launch import run
 from zoo.results import read_rows
+from zoo.stages import load_stage_model
 from zoo.train import RunConfigError
 
 LANGUAGE = FunQLSpans()
@@ -70,11 +71,14 @@ def test_bad_settings_fail_before_training(tmp_path):
         run(smoke(tmp_path, "augment=subs", "model=seq2seq"), tmp_path / "run")
     with pytest.raises(AugmentError, match="scan_sp_simple is scan"):
         run(smoke(tmp_path, "augment=subs", "data=scan_sp_simple"), tmp_path / "run")
+    with pytest.raises(AugmentError, match=r"augment.ensemble_checkpoints='best\+final': expected best or last"):
+        run(smoke(tmp_path, "augment=subs", "augment.ensemble=true", "augment.ensemble_checkpoints=best+final"),
+            tmp_path / "run")
     assert not (tmp_path / "stages").exists()
 
 
 @needs_mirror
-def test_two_stage_run_trains_on_substituted_examples(tmp_path):
+def test_two_stage_run_trains_on_substituted_examples(tmp_path, monkeypatch):
     row = run(smoke(tmp_path, "augment=subs", "augment.ratio=2"), tmp_path / "subs")
     assert row["variant"].startswith("spanbasedsp+subs2-train32") and row["n_train"] == 32 and row["n_test"] == 8
     trees_dir, subs_dir = row["stage_dirs"].split()
@@ -101,3 +105,14 @@ def test_two_stage_run_trains_on_substituted_examples(tmp_path):
     assert ensemble["test_stage1_denotation"] == row["test_stage1_denotation"]
     assert 0 <= ensemble["test_denotation"] <= 1
     assert len((tmp_path / "ens" / "predictions.jsonl").read_text().splitlines()) == 8
+
+    # each parser with its best and its last weights: four score tables, and still nothing trains again
+    loaded = []
+    monkeypatch.setattr("zoo.augment.load_stage_model",
+                        lambda stage_dir, checkpoint="best": loaded.append((str(stage_dir), checkpoint))
+                        or load_stage_model(stage_dir, checkpoint))
+    four = run(smoke(tmp_path, "augment=subs", "augment.ratio=2", "augment.ensemble=true",
+                     "augment.ensemble_checkpoints=best+last"), tmp_path / "ens4")
+    assert four["variant"].startswith("spanbasedsp+subs2+ensemble_best_last") and four["stage_dirs"] == row["stage_dirs"]
+    assert set(loaded) == {(d, c) for d in (trees_dir, subs_dir) for c in ("best", "last")}
+    assert four["test_stage2_denotation"] == row["test_denotation"] and 0 <= four["test_denotation"] <= 1

@@ -28,14 +28,17 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
     return "baseline" if ir in (None, "none") else ir
 
 
-def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False, ensemble: bool = False) -> str:
+def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False, ensemble: bool = False,
+                   ensemble_checkpoints: str = "best") -> str:
     """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
     ``+subs1`` for ``augment=subs`` with one substituted example per training example, ``+subs1+grow`` where every
     substitution lengthens its program (``augment.grow``), ``+ensemble`` where the two parsers decode together
-    (``augment.ensemble``); nothing without."""
+    (``augment.ensemble``), ``+ensemble_best_last`` where each does with its best and its last weights
+    (``augment.ensemble_checkpoints``); nothing without."""
     if name in (None, "none"):
         return ""
-    return f"+{name}{ratio:g}" + ("+grow" if grow else "") + ("+ensemble" if ensemble else "")
+    ensembled = "+ensemble" + ("" if ensemble_checkpoints == "best" else "_" + ensemble_checkpoints.replace("+", "_"))
+    return f"+{name}{ratio:g}" + ("+grow" if grow else "") + (ensembled if ensemble else "")
 
 
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,
@@ -58,7 +61,7 @@ def run_variant(cfg) -> str:
     and the data subsample (``-sample1000``), as configs/run.yaml names its directory."""
     augment = cfg.get("augment") or {}
     suffix = augment_suffix(augment.get("name"), augment.get("ratio", 1), augment.get("grow", False),
-                            augment.get("ensemble", False))
+                            augment.get("ensemble", False), augment.get("ensemble_checkpoints", "best"))
     return f"{cfg.model.variant}{suffix}{cfg.get('subsample') or ''}"
 
 

@@ -26,9 +26,12 @@ Two stages (``zoo.stages``), each an ordinary run in a directory of its own:
 
 With ``augment.ensemble`` (beyond SUBS) the test set is then decoded by both parsers together, with the mean of
 their span scores (``SpanBasedParser.average_with``): the row's test numbers are the pair's, the second parser's
-alone are its ``test_stage2_*`` columns, and the first parser's ``test_stage1_*`` as always.
+alone are its ``test_stage2_*`` columns, and the first parser's ``test_stage1_*`` as always. Each parser decodes
+with its best checkpoint on dev; ``augment.ensemble_checkpoints=best+last`` adds each one's final weights, so four
+score tables are averaged.
 
-The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``; ``zoo.augment_suffix``). What LENGTH asks
+The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``, ``+ensemble_best_last``;
+``zoo.augment_suffix``). What LENGTH asks
 for is programs longer than any in training: substitution puts whole sub-programs inside others, so it composes
 parts the training set never composed, and with ``grow`` many of its programs are longer than every training
 program.
@@ -55,6 +58,7 @@ from zoo.types import Example
 log = logging.getLogger(__name__)
 
 METHODS = ("none", "subs")
+CHECKPOINTS = ("best", "last")  # the weights of a stage that augment.ensemble_checkpoints can name
 
 
 class AugmentError(ValueError):
@@ -165,12 +169,14 @@ def latent_trees(model, examples: list[Example], batch_size: int) -> list:
 
 
 def ensemble_test(cfg: DictConfig, stage_dirs: list[Path], run_dir: Path) -> dict[str, float]:
-    """``augment.ensemble``: the test set decoded with the mean of the stages' span scores (each stage's best
-    checkpoint; ``SpanBasedParser.average_with``), scored as any test run is; its predictions go to the run
-    directory. The test metrics, as results columns."""
+    """``augment.ensemble``: the test set decoded with the mean of the stages' span scores
+    (``SpanBasedParser.average_with``), each stage with the weights ``augment.ensemble_checkpoints`` names (its best
+    checkpoint, its last, or both), scored as any test run is; its predictions go to the run directory. The test
+    metrics, as results columns."""
     import lightning.pytorch as L
 
-    models = [load_stage_model(d) for d in stage_dirs]
+    models = [load_stage_model(d, checkpoint) for checkpoint in cfg.augment.ensemble_checkpoints.split("+")
+              for d in stage_dirs]
     final = models[-1].average_with(models[:-1])
     datamodule = prepared_data(cfg)
     datamodule.attach(final.featurizer)
@@ -196,6 +202,10 @@ def check_settings(cfg: DictConfig, formalism: str) -> None:
     if formalism != "funql":
         raise AugmentError(f"augment={settings.name} exchanges subtrees by FunQL's types; {cfg.data.name} is "
                            f"{formalism}")
+    checkpoints = settings.get("ensemble_checkpoints", "best")
+    if not checkpoints or not set(checkpoints.split("+")) <= set(CHECKPOINTS):
+        raise AugmentError(f"augment.ensemble_checkpoints={checkpoints!r}: expected {' or '.join(CHECKPOINTS)}, or "
+                           "both joined by '+'")
     if not settings.ratio > 0:
         raise AugmentError(f"augment.ratio={settings.ratio}: expected a positive number of substituted examples "
                            "per training example")

@@ -107,16 +107,17 @@ def stage_config(cfg: DictConfig, name: str, stage_dir: Path, max_steps: int | N
     return stage_cfg
 
 
-def stage_checkpoint(stage_dir: Path) -> Path:
-    """The stage's best checkpoint; its final weights when validation never ran."""
-    best = stage_dir / "checkpoints" / "best.ckpt"
-    return best if best.exists() else stage_dir / "checkpoints" / "last.ckpt"
+def stage_checkpoint(stage_dir: Path, checkpoint: str = "best") -> Path:
+    """The stage's best checkpoint (its final weights when validation never ran), or with ``checkpoint="last"`` its
+    final weights."""
+    chosen = stage_dir / "checkpoints" / f"{checkpoint}.ckpt"
+    return chosen if chosen.exists() else stage_dir / "checkpoints" / "last.ckpt"
 
 
-def load_stage_model(stage_dir: Path):
+def load_stage_model(stage_dir: Path, checkpoint: str = "best"):
     from zoo.parser import Parser
 
-    model = Parser.load(str(stage_checkpoint(stage_dir)))
+    model = Parser.load(str(stage_checkpoint(stage_dir, checkpoint)))
     return model.cuda() if torch.cuda.is_available() else model
 
 
