@@ -71,6 +71,8 @@ def test_bad_settings_fail_before_training(tmp_path):
         run(smoke(tmp_path, "augment=subs", "model=seq2seq"), tmp_path / "run")
     with pytest.raises(AugmentError, match="scan_sp_simple is scan"):
         run(smoke(tmp_path, "augment=subs", "data=scan_sp_simple"), tmp_path / "run")
+    with pytest.raises(AugmentError, match=r"augment.ratio=\[1, 2\] trains a second parser per ratio"):
+        run(smoke(tmp_path, "augment=subs", "augment.ratio=[1,2]"), tmp_path / "run")
     with pytest.raises(AugmentError, match=r"augment.ensemble_checkpoints='best\+final': expected best or last"):
         run(smoke(tmp_path, "augment=subs", "augment.ensemble=true", "augment.ensemble_checkpoints=best+final"),
             tmp_path / "run")
@@ -116,3 +118,12 @@ def test_two_stage_run_trains_on_substituted_examples(tmp_path, monkeypatch):
     assert four["variant"].startswith("spanbasedsp+subs2+ensemble_best_last") and four["stage_dirs"] == row["stage_dirs"]
     assert set(loaded) == {(d, c) for d in (trees_dir, subs_dir) for c in ("best", "last")}
     assert four["test_stage2_denotation"] == row["test_denotation"] and 0 <= four["test_denotation"] <= 1
+
+    # a second parser per ratio, all three parsers together: the two ratios' parsers above, so nothing trains again
+    three = run(smoke(tmp_path, "augment=subs", "augment.ratio=[2,1]", "augment.ensemble=true"), tmp_path / "ens3")
+    assert three["variant"].startswith("spanbasedsp+subs2_1+ensemble")
+    assert three["stage_dirs"].split() == [trees_dir, subs_dir, other["stage_dirs"].split()[1]]
+    assert (three["test_stage2_denotation"], three["test_stage3_denotation"]) == (row["test_denotation"],
+                                                                                 other["test_denotation"])
+    assert json.loads((tmp_path / "ens3" / "augment.json").read_text())["augmented_per_ratio"] == [
+        details["augmented"], json.loads((tmp_path / "subs1" / "augment.json").read_text())["augmented"]]

@@ -3,6 +3,7 @@ trained run to parse new utterances (``zoo.inference``)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
@@ -28,17 +29,19 @@ def seq2seq_variant(ir: str | None, retrieval: str | None = None, k: int = 4, al
     return "baseline" if ir in (None, "none") else ir
 
 
-def augment_suffix(name: str | None = "none", ratio: float = 1.0, grow: bool = False, ensemble: bool = False,
-                   ensemble_checkpoints: str = "best") -> str:
+def augment_suffix(name: str | None = "none", ratio: float | Sequence[float] = 1.0, grow: bool = False,
+                   ensemble: bool = False, ensemble_checkpoints: str = "best") -> str:
     """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
-    ``+subs1`` for ``augment=subs`` with one substituted example per training example, ``+subs1+grow`` where every
-    substitution lengthens its program (``augment.grow``), ``+ensemble`` where the two parsers decode together
+    ``+subs1`` for ``augment=subs`` with one substituted example per training example (``+subs1_2``: a second
+    parser at each of two ratios), ``+subs1+grow`` where every substitution lengthens its program
+    (``augment.grow``), ``+ensemble`` where the parsers decode together
     (``augment.ensemble``), ``+ensemble_best_last`` where each does with its best and its last weights
     (``augment.ensemble_checkpoints``); nothing without."""
     if name in (None, "none"):
         return ""
+    ratios = "_".join(f"{r:g}" for r in ratio) if isinstance(ratio, Sequence) else f"{ratio:g}"
     ensembled = "+ensemble" + ("" if ensemble_checkpoints == "best" else "_" + ensemble_checkpoints.replace("+", "_"))
-    return f"+{name}{ratio:g}" + ("+grow" if grow else "") + (ensembled if ensemble else "")
+    return f"+{name}{ratios}" + ("+grow" if grow else "") + (ensembled if ensemble else "")
 
 
 def subsample_suffix(train_limit: int | None = None, train_limit_seed: int = 0, limit_train: int | None = None,

@@ -28,9 +28,12 @@ With ``augment.ensemble`` (beyond SUBS) the test set is then decoded by both par
 their span scores (``SpanBasedParser.average_with``): the row's test numbers are the pair's, the second parser's
 alone are its ``test_stage2_*`` columns, and the first parser's ``test_stage1_*`` as always. Each parser decodes
 with its best checkpoint on dev; ``augment.ensemble_checkpoints=best+last`` adds each one's final weights, so four
-score tables are averaged.
+score tables are averaged. A list of ratios (``augment.ratio=[1,2]``, with the ensemble only) trains a second
+parser per ratio, each on its own draw of substituted examples, and all of them decode together with the first
+(``test_stage2_*``, ``test_stage3_*``: each second parser alone).
 
-The run's variant gains ``+subs<ratio>`` (and ``+grow``, ``+ensemble``, ``+ensemble_best_last``;
+The run's variant gains ``+subs<ratio>`` (``+subs1_2`` for two ratios; and ``+grow``, ``+ensemble``,
+``+ensemble_best_last``;
 ``zoo.augment_suffix``). What LENGTH asks
 for is programs longer than any in training: substitution puts whole sub-programs inside others, so it composes
 parts the training set never composed, and with ``grow`` many of its programs are longer than every training
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from zoo.formalisms import FormalismError
 from zoo.formalisms import funql
@@ -206,9 +209,17 @@ def check_settings(cfg: DictConfig, formalism: str) -> None:
     if not checkpoints or not set(checkpoints.split("+")) <= set(CHECKPOINTS):
         raise AugmentError(f"augment.ensemble_checkpoints={checkpoints!r}: expected {' or '.join(CHECKPOINTS)}, or "
                            "both joined by '+'")
-    if not settings.ratio > 0:
+    if not all(isinstance(r, (int, float)) and r > 0 for r in ratios(settings)) or not ratios(settings):
         raise AugmentError(f"augment.ratio={settings.ratio}: expected a positive number of substituted examples "
-                           "per training example")
+                           "per training example, or a list of them")
+    if len(ratios(settings)) > 1 and not settings.get("ensemble"):
+        raise AugmentError(f"augment.ratio={settings.ratio} trains a second parser per ratio, which only "
+                           "augment.ensemble=true decodes together: set it, or give one ratio")
+
+
+def ratios(settings: DictConfig) -> list[float]:
+    """``augment.ratio`` as a list: one second parser per ratio (several only with ``augment.ensemble``)."""
+    return list(settings.ratio) if OmegaConf.is_list(settings.ratio) else [settings.ratio]
 
 
 def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -232,33 +243,36 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     tokens = [featurizer.tokens(e.utterance) for e in train]
     slots = [slot for i, (tree, e) in enumerate(zip(trees, train)) if tree is not None
              for slot in exchangeable_nodes(i, tree, e.program, featurizer.language, featurizer.categories)]
-    augmented = substitute(tokens, [e.program for e in train], slots, settings.ratio, cfg.seed, featurizer.language,
-                           settings.grow)
-    log.info("augment=subs: %d of %d training examples have a tree, %d exchangeable nodes, %d new examples",
-             sum(t is not None for t in trees), len(train), len(slots), len(augmented))
-    write_jsonl(run_dir / "augmented.jsonl", [{"utterance": e.utterance, "program": e.program, **e.meta}
-                                              for e in augmented])
-
-    stage = {"ratio": settings.ratio, **({"grow": True} if settings.grow else {})}  # the first runs' names stay
-    subs_dir = stage_directory(cfg, root, "subs", stage)
-    stage_rows.append(run_stage(cfg, "subs", subs_dir,
-                                lambda split, examples: examples + augmented if split == "train" else examples))
+    parsers, sets = [], []  # the second parsers' directories and substituted examples, one per ratio
+    for ratio in ratios(settings):
+        augmented = substitute(tokens, [e.program for e in train], slots, ratio, cfg.seed, featurizer.language,
+                               settings.grow)
+        log.info("augment=subs: %d of %d training examples have a tree, %d exchangeable nodes, %d new examples at "
+                 "ratio %g", sum(t is not None for t in trees), len(train), len(slots), len(augmented), ratio)
+        name = "augmented.jsonl" if not sets else f"augmented_subs{ratio:g}.jsonl"
+        write_jsonl(run_dir / name, [{"utterance": e.utterance, "program": e.program, **e.meta} for e in augmented])
+        stage = {"ratio": ratio, **({"grow": True} if settings.grow else {})}  # the first runs' names stay
+        parsers.append(stage_directory(cfg, root, "subs", stage))
+        sets.append(augmented)
+        stage_rows.append(run_stage(cfg, "subs", parsers[-1], lambda split, examples, augmented=augmented:
+                                    examples + augmented if split == "train" else examples))
     final = stage_rows[-1]
     test_seconds = len(test) / max(float(final["test_examples_per_s"]), 1e-9)
-    row = combined_row(cfg, stage_rows, [trees_dir, subs_dir], run_dir, commit, len(train), len(test), test_seconds)
+    row = combined_row(cfg, stage_rows, [trees_dir, *parsers], run_dir, commit, len(train), len(test), test_seconds)
     # the first parser is the same setting without augmentation: its test numbers are the comparison
     compared = {"test_stage1": test_metrics(stage_rows[0])}
     if settings.get("ensemble"):
-        compared["test_stage2"] = test_metrics(final)
-        row.update(ensemble_test(cfg, [trees_dir, subs_dir], run_dir))
+        compared.update({f"test_stage{i}": test_metrics(r) for i, r in enumerate(stage_rows[1:], start=2)})
+        row.update(ensemble_test(cfg, [trees_dir, *parsers], run_dir))
     else:
-        write_jsonl(run_dir / "predictions.jsonl", read_predictions(subs_dir / "predictions.jsonl"))
+        write_jsonl(run_dir / "predictions.jsonl", read_predictions(parsers[-1] / "predictions.jsonl"))
         row.update(test_metrics(final))
     for prefix, metrics in compared.items():
         row.update({f"{prefix}_{key[len('test_'):]}": metrics[key] for key in ("test_exact_match", "test_denotation")
                     if key in metrics})
     (run_dir / "augment.json").write_text(json.dumps({
         "trees": sum(t is not None for t in trees), "n_train": len(train), "slots": len(slots),
-        "augmented": len(augmented), "stage_dirs": [str(trees_dir), str(subs_dir)]}, indent=1))
+        "augmented": len(sets[0]), **({"augmented_per_ratio": [len(a) for a in sets]} if len(sets) > 1 else {}),
+        "stage_dirs": [str(trees_dir), *map(str, parsers)]}, indent=1))
     record(cfg, run_dir, row)
     return row
