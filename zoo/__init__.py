@@ -34,9 +34,9 @@ def augment_suffix(name: str | None = "none", ratio: float | Sequence[float] = 1
     """configs/run.yaml: what follows the model's variant when the training set is augmented (``zoo.augment``):
     ``+subs1`` for ``augment=subs`` with one substituted example per training example (``+subs1_2``: a second
     parser at each of two ratios), ``+subs1+grow`` where every substitution lengthens its program
-    (``augment.grow``), ``+ensemble`` where the parsers decode together
-    (``augment.ensemble``), ``+ensemble_best_last`` where each does with its best and its last weights
-    (``augment.ensemble_checkpoints``); nothing without."""
+    (``augment.grow``), ``+ensemble`` where the parsers decode together (``augment.ensemble``),
+    ``+ensemble_best_last`` where each does with its best and its last weights (``augment.ensemble_checkpoints``);
+    nothing without."""
     if name in (None, "none"):
         return ""
     ratios = "_".join(f"{r:g}" for r in ratio) if isinstance(ratio, Sequence) else f"{ratio:g}"

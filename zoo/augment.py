@@ -33,11 +33,9 @@ parser per ratio, each on its own draw of substituted examples, and all of them 
 (``test_stage2_*``, ``test_stage3_*``: each second parser alone).
 
 The run's variant gains ``+subs<ratio>`` (``+subs1_2`` for two ratios; and ``+grow``, ``+ensemble``,
-``+ensemble_best_last``;
-``zoo.augment_suffix``). What LENGTH asks
-for is programs longer than any in training: substitution puts whole sub-programs inside others, so it composes
-parts the training set never composed, and with ``grow`` many of its programs are longer than every training
-program.
+``+ensemble_best_last``; ``zoo.augment_suffix``). What LENGTH asks for is programs longer than any in training:
+substitution puts whole sub-programs inside others, so it composes parts the training set never composed, and with
+``grow`` many of its programs are longer than every training program.
 """
 from __future__ import annotations
 
