@@ -14,6 +14,12 @@ how many training and dev questions match: a pattern with no training question i
 withheld. It also says what the wrong answers lack and add: ``most_missed`` and ``most_added`` name the structural
 tokens (the formalism's ``structure``: CFQ relations and types, FunQL predicates, SQL columns) that the most wrong
 answers have fewer or more of than the gold program, each with its number of questions.
+
+``--ensemble`` scores the runs as one model, the mean of their logits (GGD's ``average_with``), at the first run's
+thresholds; its row names every run directory and seed (``variant`` gains ``+ensemble``). The weak seeds of MCD1
+each fail on some withheld construction, not on the same one, which an average may mend:
+
+    python benchmarks/dev_slice.py --ensemble "" runs/ggd-authors_sizes-groupmax/cfq_mcd1/seed{1,2,3}
 """
 from __future__ import annotations
 
@@ -53,11 +59,16 @@ def most_common(counts: Counter, n: int = 5) -> str:
     return "; ".join(f"{token} {count}" for token, count in counts.most_common(n))
 
 
-def slice_row(run_dir: Path, pattern: str) -> dict:
-    """The row of one run: its results row's identity, the pattern's counts and the run's exact match on it."""
-    recorded = results_row(run_dir)
-    if recorded is None:
-        raise SystemExit(f"{run_dir}: no results row names this run directory, so its dataset is unknown")
+def slice_row(run_dirs: list[Path], pattern: str) -> dict:
+    """The row of one run (or of several, averaged: ``--ensemble``): its results row's identity, the pattern's
+    counts and the run's exact match on it."""
+    rows = [results_row(run_dir) for run_dir in run_dirs]
+    for run_dir, recorded in zip(run_dirs, rows):
+        if recorded is None:
+            raise SystemExit(f"{run_dir}: no results row names this run directory, so its dataset is unknown")
+    recorded = rows[0]
+    if len({row["data"] for row in rows}) > 1:
+        raise SystemExit(f"--ensemble: the runs are of different datasets ({', '.join(r['data'] for r in rows)})")
     data = recorded["data"]
     splits = read_splits(data)
     if "dev" not in splits:
@@ -66,14 +77,20 @@ def slice_row(run_dir: Path, pattern: str) -> dict:
     dev = [e for e in splits["dev"] if matches(e.utterance)]
     if not dev:
         raise SystemExit(f"no dev question of {data} matches {pattern!r}")
-    predictions = load(run_dir).parse([e.utterance for e in dev])
+    parser, *others = [load(run_dir) for run_dir in run_dirs]
+    if others:
+        parser.model.average_with([other.model for other in others])
+    predictions = parser.parse([e.utterance for e in dev])
     formalism = get_formalism(get_dataset(data).formalism)
     golds = [e.program for e in dev]
     rights = exact_match_flags(predictions, golds, formalism)
     missed, added = structure_differences(predictions, golds, rights, formalism)
     return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_commit": git_commit(),
-            **{key: recorded[key] for key in ("model", "variant", "backbone", "data", "seed")},
-            "run_commit": recorded["git_commit"], "run_dir": path_for_row(run_dir), "pattern": pattern,
+            **{key: recorded[key] for key in ("model", "backbone", "data")},
+            "variant": recorded["variant"] + ("+ensemble" if others else ""),
+            "seed": "+".join(str(row["seed"]) for row in rows),
+            "run_commit": " ".join(row["git_commit"] for row in rows),
+            "run_dir": " ".join(path_for_row(run_dir) for run_dir in run_dirs), "pattern": pattern,
             "n_train": sum(bool(matches(e.utterance)) for e in splits["train"]), "n_dev": len(dev),
             "dev_exact_match": round(sum(rights) / len(dev), 6), "most_missed": most_common(missed),
             "most_added": most_common(added)}
@@ -84,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pattern", help="a regular expression, searched in each dev utterance")
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--out", default=str(results_table("dev_slices.csv")))
+    parser.add_argument("--ensemble", action="store_true",
+                        help="score the runs as one model, the mean of their logits (GGD), instead of each alone")
     args = parser.parse_args(argv)
     re.compile(args.pattern)  # a bad pattern fails before any run is loaded
-    for run_dir in args.run_dirs:
-        row = slice_row(run_dir, args.pattern)
+    for run_dirs in [args.run_dirs] if args.ensemble else [[run_dir] for run_dir in args.run_dirs]:
+        row = slice_row(run_dirs, args.pattern)
         append_row(args.out, row, replacing=("run_dir", "pattern"))
         print(f"{row['run_dir']}: {100 * row['dev_exact_match']:.1f}% of {row['n_dev']} dev questions "
               f"({row['n_train']} training questions match); wrong answers miss {row['most_missed'] or '-'}, "

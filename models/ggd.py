@@ -699,9 +699,44 @@ class GroundedGraphDecoder(Parser):
                 + ("-sharednodes" if self.hparams.get("node_terms") == "shared" else ""))
 
     # ----- network ---------------------------------------------------------------------------------------------
+    AVERAGED = ("edges", "attributes", "count", "variables")  # the logits that average_with averages
+
+    def average_with(self, others: Sequence["GroundedGraphDecoder"]) -> "GroundedGraphDecoder":
+        """Score questions, outside training, with the mean of this model's and ``others``' logits (an ensemble of
+        runs, beyond the paper): the weak seeds of MCD1 each fail on some construction that training withholds, and
+        not on the same one (README). Each of ``others`` must read a batch as this one does (the same words, tags,
+        relations, attributes and variable slots); the candidates follow the averaged number of variables."""
+        for other in others:
+            for part in ("words", "tags", "relations", "attributes", "n_entities", "n_variables"):
+                if getattr(other.featurizer, part) != getattr(self.featurizer, part):
+                    raise ValueError(f"ggd: cannot average logits with a model whose featurizer has other {part}: "
+                                     "the node and label axes would not line up")
+            if (other.variables_score is None) != (self.variables_score is None):
+                raise ValueError("ggd: cannot average a model that predicts the number of variables with one that "
+                                 "does not (model.params.predict_variables)")
+        self.averaged_with = [other.eval() for other in others]  # a list: not submodules, so never saved with it
+        return self
+
     def forward(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Edge logits [B, P, P, R] and attribute logits [B, P, A] over the batch's node axis (``collate``), their
-        candidate masks, query-type logits [B], and the node axis's slots (``nodes``, for decoding)."""
+        candidate masks, query-type logits [B], and the node axis's slots (``nodes``, for decoding); outside
+        training, with ``average_with``, the logits' mean over the models."""
+        out = self.logits(batch)
+        others = getattr(self, "averaged_with", [])
+        if others and not self.training:
+            outs = [out, *(other.to(out["edges"].device).logits(batch) for other in others)]
+            out.update({key: torch.stack([o[key] for o in outs]).mean(0) for key in self.AVERAGED if key in out})
+        n_variables = None
+        if "variables" in out:
+            # training conditions the edges on the gold number (teacher forcing), decoding on the predicted one
+            target = batch.get("target")
+            n_variables = (target["variables"] if self.training and isinstance(target, dict)
+                           else out["variables"].argmax(-1))
+        out["edge_candidates"], out["attribute_candidates"] = self._candidates(batch, n_variables)
+        return out
+
+    def logits(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """``forward``'s logits and node slots, without the candidate masks."""
         words = self.word_embedding(batch["words"])  # [B, T, W, e]: each group's words
         groups = words.sum(dim=2)  # a group's embedding is its words' sum (§3.2)
         inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
@@ -720,14 +755,8 @@ class GroundedGraphDecoder(Parser):
         pooled = (states * question[..., None]).sum(1) / question.sum(1, keepdim=True)
         out = {"edges": edges, "attributes": attributes, "count": self.count_score(pooled).squeeze(-1),
                "nodes": batch["nodes"]}
-        n_variables = None
         if self.variables_score is not None:
             out["variables"] = self.variables_score(pooled)
-            # training conditions the edges on the gold number (teacher forcing), decoding on the predicted one
-            target = batch.get("target")
-            n_variables = (target["variables"] if self.training and isinstance(target, dict)
-                           else out["variables"].argmax(-1))
-        out["edge_candidates"], out["attribute_candidates"] = self._candidates(batch, n_variables)
         return out
 
     def _grounding(self, nodes, states, groups, words, batch) -> tuple[torch.Tensor, torch.Tensor]:

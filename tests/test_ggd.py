@@ -388,6 +388,37 @@ def test_predicted_variables_limit_the_candidate_variables_to_the_predicted_numb
     assert candidate_variables(model.train()(batch)) == [1, 0, 0, 2]  # training still reads the gold numbers
 
 
+def test_averaged_models_score_with_the_mean_of_their_logits():
+    """average_with: outside training the logits are the models' mean, the candidates follow the averaged number of
+    variables, a model averaged with itself decodes as alone, training ignores the others, and a model whose
+    featurizer reads other labels is refused."""
+    featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
+    batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
+                                           predict_variables=True).eval())
+    first, second = models
+    with torch.no_grad():
+        alone = [model(batch) for model in models]
+        averaged = first.average_with([second])(batch)
+    for key in ("edges", "attributes", "count", "variables"):
+        assert torch.allclose(averaged[key], (alone[0][key] + alone[1][key]) / 2)
+    assert torch.equal(averaged["edge_candidates"], first._candidates(batch, averaged["variables"].argmax(-1))[0])
+    assert torch.equal(first.train()(batch)["edges"], first.logits(batch)["edges"])  # training: this model alone
+    first.eval()
+    itself = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
+                                  predict_variables=True).eval()
+    plain = itself.parse(batch)
+    assert itself.average_with([itself]).parse(batch) == plain
+    other = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES[:2])
+    with pytest.raises(ValueError, match="other words"):
+        first.average_with([GroundedGraphDecoder(other, "cfq_sparql", embedding_dim=8, hidden_size=8)])
+    with pytest.raises(ValueError, match="predict_variables"):
+        first.average_with([GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8)])
+
+
 def test_filters_are_derived_from_the_relations_that_always_bring_them():
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
     assert featurizer.filter_relations == ["people.person.spouse_s/ns:people.marriage.spouse"]

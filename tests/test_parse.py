@@ -327,5 +327,12 @@ def test_dev_slice_scores_a_run_on_the_dev_questions_a_pattern_matches(ggd_run, 
     assert (row["pattern"], int(row["n_dev"]), int(row["n_train"])) == (pattern, len(dev), 0)  # withheld in training
     assert float(row["dev_exact_match"]) == pytest.approx(right / len(dev), abs=1e-6)
     assert row["model"] == "ggd" and row["data"] == "cfq_mcd1"
+    # --ensemble: the run averaged with itself is one more row, with the run's own exact match
+    assert dev_slice.main(["--ensemble", pattern, str(ggd_run), str(ggd_run), "--out", str(out)]) == 0
+    alone, averaged = read_rows(out)
+    assert averaged["variant"] == alone["variant"] + "+ensemble"
+    assert averaged["seed"] == f"{alone['seed']}+{alone['seed']}"
+    assert averaged["run_dir"] == f"{alone['run_dir']} {alone['run_dir']}"
+    assert averaged["dev_exact_match"] == alone["dev_exact_match"]
     with pytest.raises(SystemExit, match="no dev question"):
         dev_slice.main(["^no such question$", str(ggd_run), "--out", str(out)])
