@@ -15,9 +15,10 @@ withheld. It also says what the wrong answers lack and add: ``most_missed`` and 
 tokens (the formalism's ``structure``: CFQ relations and types, FunQL predicates, SQL columns) that the most wrong
 answers have fewer or more of than the gold program, each with its number of questions.
 
-``--ensemble`` scores the runs as one model, the mean of their logits (GGD's ``average_with``), at the first run's
-thresholds; its row names every run directory and seed (``variant`` gains ``+ensemble``). The weak seeds of MCD1
-each fail on some withheld construction, not on the same one, which an average may mend:
+``--ensemble`` scores the runs as one model, the mean of their scores (``average_with``: GGD's logits, span_cky's
+span scores), at the first run's thresholds; its row names every run directory and seed (``variant`` gains
+``+ensemble``). The weak seeds of MCD1 each fail on some withheld construction, not on the same one, which an
+average may mend:
 
     python benchmarks/dev_slice.py --ensemble "" runs/ggd-authors_sizes-groupmax/cfq_mcd1/seed{1,2,3}
 """
@@ -79,6 +80,8 @@ def slice_row(run_dirs: list[Path], pattern: str) -> dict:
         raise SystemExit(f"no dev question of {data} matches {pattern!r}")
     parser, *others = [load(run_dir) for run_dir in run_dirs]
     if others:
+        if not hasattr(parser.model, "average_with"):
+            raise SystemExit(f"--ensemble: {recorded['model']} cannot average several runs (no average_with)")
         parser.model.average_with([other.model for other in others])
     predictions = parser.parse([e.utterance for e in dev])
     formalism = get_formalism(get_dataset(data).formalism)
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--out", default=str(results_table("dev_slices.csv")))
     parser.add_argument("--ensemble", action="store_true",
-                        help="score the runs as one model, the mean of their logits (GGD), instead of each alone")
+                        help="score the runs as one model, the mean of their scores (average_with), instead of each alone")
     args = parser.parse_args(argv)
     re.compile(args.pattern)  # a bad pattern fails before any run is loaded
     for run_dirs in [args.run_dirs] if args.ensemble else [[run_dir] for run_dir in args.run_dirs]:
