@@ -23,6 +23,11 @@ commit) in ``results/ggd_speed.csv``, so rows of two commits compare their code.
 
     python benchmarks/ggd_speed.py data.bucket_by_length=true     # batches of questions with as many nodes
     python benchmarks/ggd_speed.py +trainer.precision=bf16-mixed  # the forward pass under bfloat16 autocast
+    python benchmarks/ggd_speed.py trainer=gpu                    # on the GPU (collate on the CPU, then copied)
+
+With ``trainer=gpu`` the model and each collated batch sit on the GPU (the copy counts in ``collate``), every
+phase ends with a synchronisation, the matmul rate is the GPU's fp32 rate, and ``lstm_share`` is the cuDNN LSTM's
+share of the GPU's kernel time.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ from zoo.threads import use_passive_waiting  # noqa: E402
 
 use_passive_waiting()  # measure what runs do (zoo/threads.py)
 import torch  # noqa: E402
+from lightning.pytorch.utilities import move_data_to_device  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.errors import CompactHydraException  # noqa: E402
 
@@ -89,23 +95,35 @@ def cpu_runs_bf16_lstm() -> bool:
 
 def train_profile(model, encoded: list[list[dict]], warmup: int, bf16: bool = False) -> dict[str, float]:
     """Seconds per step of each of ``PHASES`` over the batches after the first ``warmup``, and FLOPs per step;
-    with ``bf16`` the forward pass under bfloat16 autocast, as Lightning's ``precision=bf16-mixed`` runs it."""
-    featurizer = model.featurizer
+    with ``bf16`` the forward pass under bfloat16 autocast, as Lightning's ``precision=bf16-mixed`` runs it. The
+    model's device is where the steps run; on a GPU each phase ends with a synchronisation."""
+    featurizer, device = model.featurizer, model.device
+
+    def mark() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    def step_loss(items):
+        batch = move_data_to_device(featurizer.collate(items), device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            return model.loss(batch)[0]
+
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=model.hparams.lr)
     seconds = dict.fromkeys(PHASES, 0.0)
     for i, items in enumerate(encoded):
-        marks = [time.perf_counter()]
-        batch = featurizer.collate(items)
-        marks.append(time.perf_counter())
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        marks = [mark()]
+        batch = move_data_to_device(featurizer.collate(items), device)
+        marks.append(mark())
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss, _ = model.loss(batch)
-        marks.append(time.perf_counter())
+        marks.append(mark())
         loss.backward()
-        marks.append(time.perf_counter())
+        marks.append(mark())
         optimizer.step()
         optimizer.zero_grad()
-        marks.append(time.perf_counter())
+        marks.append(mark())
         if i >= warmup:
             for phase, begin, end in zip(PHASES, marks, marks[1:]):
                 seconds[phase] += end - begin
@@ -113,27 +131,32 @@ def train_profile(model, encoded: list[list[dict]], warmup: int, bf16: bool = Fa
     timed_examples = sum(map(len, encoded[warmup:]))
     flops = 0  # over every timed batch: bucketed batches differ in size
     for items in encoded[warmup:]:
-        batch = featurizer.collate(items)
-        flops += counted_flops(lambda: model.loss(batch)[0].backward())
+        flops += counted_flops(lambda: step_loss(items).backward())
+    share = lstm_share(encoded[warmup:warmup + 3], step_loss, device)
     optimizer.zero_grad()
     return {**{f"{phase}_ms_per_step": 1e3 * seconds[phase] / timed for phase in PHASES},
             "examples_per_s": timed_examples / sum(seconds.values()), "flops_per_step": flops / timed,
-            "lstm_share": lstm_share(model, encoded[warmup:warmup + 3], bf16)}
+            "lstm_share": share}
 
 
-def lstm_share(model, encoded: list[list[dict]], bf16: bool = False) -> float:
+def lstm_share(encoded: list[list[dict]], step_loss, device: torch.device) -> float:
     """The LSTM's share of a training step's time (forward and backward), from ``torch.profiler`` over a few of
-    the timed batches (profiled apart from the timing, whose numbers its overhead would change): the share of CPU
-    time spent in the recurrent kernels, the part of a step that only a faster LSTM can shorten."""
+    the timed batches (profiled apart from the timing, whose numbers its overhead would change), the part of a step
+    that only a faster LSTM can shorten: on the CPU the share of CPU time spent in the recurrent kernels, on a GPU
+    the share of the GPU's kernel time spent under the cuDNN LSTM's operators."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+    on_gpu = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]) as profiler:
         for items in encoded:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss, _ = model.loss(model.featurizer.collate(items))
-            loss.backward()
-    model.zero_grad()
+            step_loss(items).backward()
+        if on_gpu:
+            torch.cuda.synchronize(device)
     events = profiler.key_averages()
+    if on_gpu:  # the operators' totals hold the kernels they launch (cuDNN's own GEMMs too)
+        cudnn_lstm = ("aten::_cudnn_rnn", "aten::_cudnn_rnn_backward")
+        recurrent = sum(e.device_time_total for e in events if e.key in cudnn_lstm)
+        return recurrent / max(1e-9, sum(e.self_device_time_total for e in events))
     recurrent = sum(e.self_cpu_time_total for e in events if "rnn" in e.key.lower() or "lstm" in e.key.lower())
     return recurrent / max(1e-9, sum(e.self_cpu_time_total for e in events))
 
@@ -146,8 +169,8 @@ def validate_profile(model, examples: list, batch_size: int) -> float:
     model.eval()
     batches = [[featurizer.encode(e) for e in examples[i:i + batch_size]] for i in range(0, len(examples), batch_size)]
     start = time.perf_counter()
-    for items in batches:
-        model.decode(model(featurizer.collate(items)), model.hparams.threshold)
+    for items in batches:  # decode reads the scores back to the CPU, so nothing is left in flight
+        model.decode(model(move_data_to_device(featurizer.collate(items), model.device)), model.hparams.threshold)
     return len(examples) / (time.perf_counter() - start)
 
 
@@ -168,7 +191,11 @@ def main(argv: list[str] | None = None) -> dict:
     precision = str(cfg.trainer.get("precision", "32-true"))
     if precision not in ("32-true", "32", "bf16-mixed"):
         sys.exit(f"error: trainer.precision={precision}: this benchmark measures 32-true or bf16-mixed")
-    if precision == "bf16-mixed" and not cpu_runs_bf16_lstm():
+    on_gpu = cfg.trainer.get("accelerator") == "gpu"
+    if on_gpu and not torch.cuda.is_available():
+        sys.exit("error: trainer=gpu, but torch sees no CUDA device here; leave trainer at its default to measure "
+                 "the CPU")
+    if precision == "bf16-mixed" and not on_gpu and not cpu_runs_bf16_lstm():
         sys.exit(f"error: trainer.precision=bf16-mixed: this CPU ({hardware_string()}) cannot run GGD's LSTM under "
                  "bfloat16 autocast (torch's oneDNN kernel needs AVX-512); measure 32-true")
     try:
@@ -179,6 +206,8 @@ def main(argv: list[str] | None = None) -> dict:
         model = get_model("ggd").build(datamodule.train, get_dataset(cfg.data.name).formalism, featurizer=featurizer,
                                        **params)
         datamodule.attach(model.featurizer)  # tags every split in bulk, as a training run does
+        device = torch.device("cuda" if on_gpu else "cpu")
+        model.to(device)
     except USER_ERRORS as e:  # a damaged speed table, data files missing...
         sys.exit(f"error: {e}")
     batch_size = datamodule.batch_size
@@ -193,12 +222,13 @@ def main(argv: list[str] | None = None) -> dict:
                                                pool_batches, cfg.seed)
     profile = {"encode_ms_per_example": 1e3 * encode_seconds,
                **train_profile(model, batches, args.warmup, bf16=precision == "bf16-mixed")}
-    peak = matmul_flops_per_s()
+    peak = matmul_flops_per_s(device=device)
     seconds_per_step = batch_size / profile["examples_per_s"]
     row = {"data": cfg.data.name, "backbone": model.backbone, "batch_size": batch_size,
            "bucketed": bool(pool_batches), "encoder_chunks": model.encoder.chunks, "precision": precision,
            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
-           "hardware": hardware_string(), "git_commit": git_commit(), "steps": args.steps,
+           "hardware": f"1x {torch.cuda.get_device_name(device)}" if on_gpu else hardware_string(),
+           "git_commit": git_commit(), "steps": args.steps,
            **{key: round(value, 3) for key, value in profile.items() if key not in ("flops_per_step", "lstm_share")},
            "validate_examples_per_s": round(validate_profile(model, list(datamodule.val)[:needed],
                                                              datamodule.eval_batch_size), 1),

@@ -891,6 +891,8 @@ class GroundedGraphDecoder(Parser):
         edges, attributes = self.probabilities(out)
         subject_of = (edges > threshold).any(dim=2).float()  # [B, S, R]
         attributes = attributes.masked_fill((subject_of @ self.implied_types.float()) > 0, 0.0)
+        # one copy to the CPU for the whole batch: on a GPU each question's reads would each wait for the device
+        edges, attributes, counts = edges.cpu(), attributes.cpu(), (out["count"] > 0).tolist()
         sparql = get_formalism("cfq_sparql")
         decoded = []
         for b, slot in enumerate(out["nodes"].tolist()):  # slot[i]: the node slot at place i of the node axis
@@ -905,10 +907,10 @@ class GroundedGraphDecoder(Parser):
                                                                          attributes[b].shape)))]
             graph = None if not graphs else self._graph(
                 [(slot[s], r, slot[o], float(edges[b, s, o, r])) for s, r, o in chosen_edges],
-                [(slot[s], a, float(attributes[b, s, a])) for s, a in chosen_attributes], bool(out["count"][b] > 0))
+                [(slot[s], a, float(attributes[b, s, a])) for s, a in chosen_attributes], counts[b])
             chosen_edges = [(slot[s], r, slot[o]) for s, r, o in chosen_edges]
             chosen_attributes = [(slot[s], a) for s, a in chosen_attributes]
-            query = self.featurizer.query(chosen_edges, chosen_attributes, count=bool(out["count"][b] > 0))
+            query = self.featurizer.query(chosen_edges, chosen_attributes, count=counts[b])
             try:
                 decoded.append((sparql.unparse(query), graph))
             except FormalismError as e:  # never expected; still a wrong prediction rather than a crash

@@ -2,6 +2,7 @@
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO, needs_mirror
 from zoo.results import read_rows
@@ -61,3 +62,10 @@ def test_an_unknown_dataset_or_missing_data_is_a_message(tmp_path, arguments, me
         ggd_speed.main(["debug=smoke", *(a.format(tmp=tmp_path) for a in arguments),
                         "--out", str(tmp_path / "speed.csv")])
     assert str(error.value.code).startswith(message)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="measures the message of a machine without a GPU")
+def test_the_gpu_asked_for_on_a_machine_without_one_is_a_message(tmp_path):
+    with pytest.raises(SystemExit) as error:
+        ggd_speed.main(["debug=smoke", "trainer=gpu", "--out", str(tmp_path / "speed.csv")])
+    assert str(error.value.code).startswith("error: trainer=gpu, but torch sees no CUDA device here")
