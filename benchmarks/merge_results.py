@@ -3,6 +3,7 @@ machine's results file copied back (``zoo.results.merge_rows``; merging the same
 
     python benchmarks/merge_results.py /path/to/device/runs.csv                  # into results/runs.csv
     python benchmarks/merge_results.py /path/to/device/runs.csv results/probes.csv
+    python benchmarks/merge_results.py /path/to/device/ggd_speed.csv results/ggd_speed.csv   # rows without run columns
 """
 import argparse
 import sys

@@ -148,6 +148,16 @@ def test_a_variable_set_but_empty_is_unset_for_runs_and_readers_alike(tmp_path, 
     assert cfg.ir_stages_dir == str(tmp_path / "runs" / "ir-stages")
 
 
+def test_merge_of_a_table_without_run_columns_compares_whole_rows(tmp_path):
+    """A GPU machine's ggd_speed.csv row joins the speed table once."""
+    target, source = tmp_path / "ggd_speed.csv", tmp_path / "device.csv"
+    append_row(target, {"backbone": "bilstm", "hardware": "AMD EPYC", "examples_per_s": "1192.5"})
+    append_row(source, {"backbone": "bilstm", "hardware": "1x NVIDIA H200", "examples_per_s": "16468.5"})
+    assert results.merge_rows(source, target) == 1
+    assert results.merge_rows(source, target) == 0
+    assert [r["hardware"] for r in read_rows(target)] == ["AMD EPYC", "1x NVIDIA H200"]
+
+
 def test_merge_appends_the_rows_a_table_lacks_once(tmp_path):
     """A GPU machine's results file, copied back, joins the runs table: new runs once, known runs never again."""
     run = {"time": "2026-12-02T10:00:00+00:00", "git_commit": "abc", "model": "ggd", "variant": "ggd",

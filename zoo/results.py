@@ -348,12 +348,17 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
 
 def merge_rows(source: str | Path, target: str | Path) -> int:
     """Append to ``target`` each row of ``source`` that it does not hold yet (a run is the same run when its time,
-    commit, model, variant, backbone, data, seed and run directory agree): the rows of runs made on another machine,
-    such as a GPU machine's results file copied back. Returns how many were appended; merging twice appends none."""
-    identity = ("time", "git_commit", *RUN_KEYS, "run_dir")
+    commit, model, variant, backbone, data, seed and run directory agree; in a table of other rows, such as
+    ``ggd_speed.csv``, which has no ``time``, a row is the same row when all its cells agree): the rows of another
+    machine, such as a GPU machine's results file copied back. Returns how many were appended; merging twice
+    appends none."""
+    header = next(csv.reader(io.StringIO(_utf8_text(Path(source)))), []) if Path(source).exists() else []
+    runs = "time" in header or not header
+    rows = read_rows(source, required=("time", *RUN_KEYS) if runs else ())
+    identity = ("time", "git_commit", *RUN_KEYS, "run_dir") if runs else tuple(header)
     held = {tuple(row.get(key, "") for key in identity) for row in read_rows(target)}
     added = 0
-    for row in read_rows(source, required=("time", *RUN_KEYS)):
+    for row in rows:
         if tuple(row.get(key, "") for key in identity) not in held:
             append_row(target, dict(row))
             added += 1
