@@ -17,7 +17,7 @@ from zoo.registry import RegistryError
 import zoo.results
 from zoo.results import append_row, read_rows
 from zoo.launch import finished_rows, run
-from zoo.train import RunConfigError
+from zoo.train import RunCheckpoint, RunConfigError
 
 pytestmark = needs_mirror
 
@@ -356,3 +356,25 @@ def test_ema_weights_are_the_ones_checkpointed_and_tested(tmp_path):
     assert not all(torch.equal(averaged[k], raw[k]) for k in averaged)  # the average differs from the step's weights
     trainer.test(model, ckpt_path=best.best_model_path, verbose=False)
     assert all(torch.equal(model.tested[k], averaged[k]) for k in averaged)  # not the raw weights Lightning restores
+
+
+def test_a_moved_run_directory_keeps_its_best_checkpoint(tmp_path):
+    """A run begun elsewhere (a GPU machine) and resumed here still counts the best score it had there."""
+    before, after = tmp_path / "gpu" / "checkpoints", tmp_path / "here" / "checkpoints"
+    trained = RunCheckpoint(dirpath=before, filename="best", monitor="val/exact_match", mode="max")
+    trained.best_model_score, trained.best_model_path = torch.tensor(0.97), str(before / "best.ckpt")
+    trained.best_k_models = {str(before / "best.ckpt"): torch.tensor(0.97)}
+    state = trained.state_dict()
+    assert trained.state_key.startswith("ModelCheckpoint{")  # checkpoints of Lightning's own callback resume here
+
+    resumed = RunCheckpoint(dirpath=after, filename="best", monitor="val/exact_match", mode="max")
+    resumed.load_state_dict(state)  # the moved directory lacks best.ckpt: Lightning's behaviour, the score forgotten
+    assert resumed.best_model_score is None
+
+    after.mkdir(parents=True)
+    (after / "best.ckpt").touch()
+    resumed = RunCheckpoint(dirpath=after, filename="best", monitor="val/exact_match", mode="max")
+    resumed.load_state_dict(state)
+    assert float(resumed.best_model_score) == pytest.approx(0.97)
+    assert resumed.best_model_path == str(after / "best.ckpt")
+    assert list(resumed.best_k_models) == [str(after / "best.ckpt")]

@@ -157,6 +157,32 @@ class EMAWeights(EMAWeightAveraging):
             super().on_load_checkpoint(trainer, module, checkpoint)
 
 
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` for a run directory that may move between machines (a run begun on a GPU
+    machine, then resumed here from its ``last.ckpt``). Lightning forgets the best score when the directory it
+    recorded differs from the current one, so the resumed run would choose its checkpoint only among the epochs
+    after the move; here a checkpoint recorded in the old directory is read as the same file in the new one, when
+    that file is there."""
+
+    @property
+    def state_key(self) -> str:  # Lightning's own key, so that checkpoints written by ModelCheckpoint resume here
+        return ModelCheckpoint.__qualname__ + super().state_key.removeprefix(type(self).__qualname__)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = Path(state_dict.get("dirpath") or "")
+
+        def moved(path: str) -> str:
+            return str(Path(self.dirpath) / Path(path).name) if path and Path(path).parent == old else path
+
+        best = state_dict.get("best_model_path") or ""
+        if self.dirpath and old != Path(self.dirpath) and moved(best) != best and Path(moved(best)).exists():
+            state_dict = {**state_dict, "dirpath": self.dirpath,
+                          **{key: moved(state_dict.get(key) or "")
+                             for key in ("best_model_path", "kth_best_model_path", "last_model_path")},
+                          "best_k_models": {moved(path): score for path, score in state_dict["best_k_models"].items()}}
+        super().load_state_dict(state_dict)
+
+
 # A run has converged when its validation metric rose by less than this over the last LATE_SHARE of its steps.
 CONVERGED_GAIN, LATE_SHARE = 0.01, 0.3
 
@@ -218,10 +244,10 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
     datamodule.attach(model.featurizer)
 
     monitor = f"val/{model.primary_metric}"
-    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best", monitor=monitor, mode="max", save_top_k=1,
-                           enable_version_counter=False)
-    last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
-                           every_n_train_steps=cfg.checkpoint_every_n_steps)
+    best = RunCheckpoint(dirpath=checkpoint_dir, filename="best", monitor=monitor, mode="max", save_top_k=1,
+                         enable_version_counter=False)
+    last = RunCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
+                         every_n_train_steps=cfg.checkpoint_every_n_steps)
     curve = ValidationCurve(monitor, cfg.get("stop_when_converged", False), cfg.get("anneal_when_converged", 0.0))
     throughput = Throughput()
     extra_callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
