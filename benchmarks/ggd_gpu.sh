@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GGD on one GPU (issue 24, item 3): the training step's speed (benchmarks/ggd_speed.py trainer=gpu), then runs of
-# EXPERIMENT (default the authors' schedule, experiment=ggd_cfq_groupmax_authors_schedule), one per seed of SEEDS, all
+# EXPERIMENT (default experiment=ggd_cfq, the authors' schedule), one per seed of SEEDS, all
 # at once on the card, each timed end to end. Several at once because one run leaves the card nearly idle: its step
 # is many small kernels launched from the CPU, 1.6% of the card's matmul rate (README, "On a GPU"). Each run's batches
 # are collated by WORKERS (default 3) DataLoader processes, so that the collate overlaps the steps and the first
@@ -19,7 +19,7 @@ set -uo pipefail
 out=${1:?usage: bash benchmarks/ggd_gpu.sh OUT [SEEDS] [MAX_TIME] [EXPERIMENT] [OVERRIDE ...]}
 seeds=${2:-1}
 max_time=${3:-00:00:07:40}
-experiment=${4:-ggd_cfq_groupmax_authors_schedule}
+experiment=${4:-ggd_cfq}
 trainer=${TRAINER:-gpu}
 mkdir -p "$out"
 if [ -f .device/setup.sh ]; then source .device/setup.sh || exit 1; fi

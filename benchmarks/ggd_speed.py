@@ -1,6 +1,6 @@
 """Where a GGD training step spends its time on this machine, its examples/s, and its share of the matmul rate.
 
-    python benchmarks/ggd_speed.py                                  # experiment=ggd_cfq at batch 512 on cfq_mcd1
+    python benchmarks/ggd_speed.py                                  # experiment=ggd_cfq (3 x 64) at batch 512, cfq_mcd1
     python benchmarks/ggd_speed.py --batch-size 128 --steps 20 model.params.hidden_size=64  # any run.py override
     python benchmarks/ggd_speed.py debug=smoke --batch-size 8 --steps 2 --out /tmp/speed.csv  # what the test runs
 

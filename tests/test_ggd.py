@@ -477,6 +477,17 @@ def test_smoke_run_under_the_authors_protocol_reports_emr(tmp_path):
     assert row["best_val_metric"] == "val/emr" and row["test_exact_match"] <= row["test_emr"] <= 1.0
 
 
+def test_ggd_cfq_is_the_authors_schedule_under_both_of_its_names():
+    """issue 24's rule made the authors' schedule experiment=ggd_cfq; the rows of its screening name
+    (ggd_cfq_groupmax_authors_schedule) must keep meaning the same runs, and the CPU schedule stays pinned."""
+    chosen = compose_run("experiment=ggd_cfq", "seed=4")
+    assert chosen == compose_run("experiment=ggd_cfq_groupmax_authors_schedule", "seed=4")
+    assert (chosen.trainer.max_epochs, chosen.data.batch_size, chosen.model.params.warmup_epochs) == (100, 512, 10)
+    assert chosen.model.params.group_scores == "max" and chosen.model.params.predict_variables
+    pinned = compose_run("experiment=ggd_cfq_cpu_schedule")
+    assert (pinned.trainer.max_epochs, pinned.data.batch_size, pinned.model.variant) == (20, 128, "ggd")
+
+
 @pytest.mark.parametrize("chunks", [1, 3])
 def test_the_bilstm_is_a_bidirectional_lstm_over_each_sequence_alone(chunks):
     """models.ggd.BiLSTM (reversal within each length, no packing; in one call, or in runs of sequences sorted by

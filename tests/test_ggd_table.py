@@ -28,15 +28,19 @@ def test_rows_in_order_with_the_number_to_read_in_bold():
     runs = pd.DataFrame([run(2, 0.80, 0.90), run(1, 0.60, 0.70, commit="1234567890-dirty"),
                          run(1, 0.5, 0.9, "ggd_authors_emr_cpu", "ggd-gold_variables"),
                          {**run(1, 0.1, 0.1), "model": "spanbasedsp"},  # another model: not GGD's table
-                         {**run(1, 0.1, 0.1), "variant": "graph_only"}])  # an ablation: not the full model
-    lines = [line for line in ggd_table.ggd_table(runs, PUBLISHED).splitlines() if line.startswith("| ")]
-    assert len(lines) == 4  # the header, the paper, the authors' protocol, the whole query
+                         {**run(1, 0.1, 0.1), "variant": "graph_only"},  # an ablation: not the full model
+                         run(1, 0.9, 0.95, variant="ggd-chosen")])
+    lines = [line for line in ggd_table.ggd_table(runs, PUBLISHED, benchmarked="ggd-chosen").splitlines()
+             if line.startswith("| ")]
+    assert len(lines) == 5  # the header, the paper, the authors' protocol, the benchmarked setting, the whole query
     assert lines[1].startswith("| paper (gai2021 table 1), gold variables | cfq_mcd1 | | **97.9** |")
     assert lines[2].startswith("| ggd-gold_variables · bilstm3x64 · ggd_authors_emr_cpu | cfq_mcd1 | 50.00 "
                                "| **90.00** |")
+    assert lines[3].startswith("| ggd-chosen · bilstm3x64 (`experiment=ggd_cfq`) | cfq_mcd1 | **90.00** | 95.00 |")
     # mean ± sample std of 60 and 80; seeds in order; 600 s a seed; a dirty commit says so
-    assert lines[3] == ("| ggd · bilstm3x64 | cfq_mcd1 | **70.00 ± 14.14** | 80.00 ± 14.14 | 70.00 ± 14.14 | 1, 2 "
+    assert lines[4] == ("| ggd · bilstm3x64 | cfq_mcd1 | **70.00 ± 14.14** | 80.00 ± 14.14 | 70.00 ± 14.14 | 1, 2 "
                         "| 10 | cpu | 1234567-dirty, abcdef0 |")
+    assert ggd_table.BENCHMARKED == "ggd-authors_schedule"  # configs/experiment/ggd_cfq.yaml's variant
 
 
 def test_the_readme_block_is_replaced_and_a_readme_without_it_is_an_error(tmp_path):

@@ -168,10 +168,11 @@ def test_every_suite_file_is_well_formed_and_an_unknown_suite_is_named():
 
 
 def test_an_experiment_that_names_its_run_folder_is_planned_in_it(tmp_path, monkeypatch):
-    """ggd_cfq_authors_sizes shares ggd_cfq's variant: its folder, not the variant, keeps their rows apart."""
+    """ggd_cfq_authors_sizes shares ggd_cfq_cpu_schedule's variant: its folder, not the variant, keeps their rows
+    apart."""
     monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
     entries = OmegaConf.create({"runs": [{"experiment": "ggd_cfq_authors_sizes", "data": "cfq_mcd1", "seeds": [2]},
-                                         {"experiment": "ggd_cfq", "data": "cfq_mcd1", "seeds": [2]}]})
+                                         {"experiment": "ggd_cfq_cpu_schedule", "data": "cfq_mcd1", "seeds": [2]}]})
     jobs = suite.plan(entries, [], tmp_path / "runs.csv", commit="abc1234567")
     assert [j.folder for j in jobs] == ["ggd-authors_sizes", "ggd-ggd"]
     assert jobs[0].run_dir == tmp_path / "runs" / "ggd-authors_sizes" / "cfq_mcd1" / "seed2"
