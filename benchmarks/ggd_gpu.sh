@@ -9,6 +9,7 @@
 #   bash benchmarks/ggd_gpu.sh OUT [SEEDS] [MAX_TIME] [EXPERIMENT]   # on the GPU machine (sources .device/setup.sh)
 #   python benchmarks/merge_results.py OUT/runs.csv                              # back on the CPU machine
 #   python benchmarks/merge_results.py OUT/ggd_speed.csv results/ggd_speed.csv
+#   python benchmarks/merge_results.py OUT/cfq_edge_match.csv results/cfq_edge_match.csv   # each run's breakdown
 #   tar xzf OUT/runs.tgz -C runs                          # the run directories, to resume or retest them here
 # SEEDS: "1" or "3,4,5". MAX_TIME (Lightning's DD:HH:MM:SS, default 00:00:07:40) stops training early where a lease
 # is shorter than the schedule: the run is then tested from its best checkpoint, its row says how many epochs it

@@ -1,5 +1,5 @@
-"""benchmarks/cfq_edge_match.py: the reference implementation's view of a CFQ prediction (edges between entities
-and variables only), checked on hand-written queries and a synthetic run."""
+"""zoo/cfq_breakdown.py and benchmarks/cfq_edge_match.py: the reference implementation's view of a CFQ prediction
+(edges between entities and variables only), checked on hand-written queries and a synthetic run."""
 import csv
 import importlib.util
 import json
@@ -11,15 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("cfq_edge_match", ROOT / "benchmarks" / "cfq_edge_match.py")
 cfq_edge_match = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cfq_edge_match)
+from zoo import cfq_breakdown  # noqa: E402
 
 GOLD = ("SELECT DISTINCT ?x0 WHERE { ?x0 a people.person . ?x0 people.person.gender m_05zppz . "
         "?x0 film.director.film M1 . FILTER ( ?x0 != M2 ) . ?x0 people.person.spouse_s/ns:people.marriage.spouse M2 }")
 
 
 def test_edges_keep_only_triples_between_entities_and_variables():
-    assert cfq_edge_match.edges(GOLD) == {("?x0", "film.director.film", "M1"),
-                                          ("?x0", "people.person.spouse_s/ns:people.marriage.spouse", "M2")}
-    assert cfq_edge_match.edges("SELECT DISTINCT ?x0 WHERE { ?x0 a") is None
+    assert cfq_breakdown.edges(GOLD) == {("?x0", "film.director.film", "M1"),
+                                         ("?x0", "people.person.spouse_s/ns:people.marriage.spouse", "M2")}
+    assert cfq_breakdown.edges("SELECT DISTINCT ?x0 WHERE { ?x0 a") is None
 
 
 def write_predictions(path, pairs):
@@ -37,7 +38,7 @@ def test_rescore_counts_by_hand(tmp_path):
     predictions = tmp_path / "predictions.jsonl"
     write_predictions(predictions, [(GOLD, GOLD), (GOLD, wrong_but_same_edges), (GOLD, missing_edge),
                                     (GOLD, "<unprintable>")])
-    scores = cfq_edge_match.rescore(predictions)
+    scores = cfq_breakdown.rescore(predictions)
     assert {k: v for k, v in scores.items() if not k.startswith("wrong_")} == {
         "n_test": 4, "test_exact_match": 0.25, "test_edge_exact_match": 0.5, "test_emr": 0.5}
     # 2 differs in query type, type, gender and filter; 3 in gender, filter and an edge
@@ -51,7 +52,7 @@ def test_rescore_names_the_bad_line(tmp_path):
     good = {"utterance": "q", "gold": GOLD, "prediction": GOLD, "correct": True}
     predictions.write_text(json.dumps(good) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"predictions.jsonl:2"):
-        cfq_edge_match.rescore(predictions)
+        cfq_breakdown.rescore(predictions)
 
 
 def test_main_writes_one_row_per_run_and_skips_reused_directories(tmp_path, capsys):

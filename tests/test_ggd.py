@@ -7,9 +7,11 @@ import torch
 from conftest import compose_run, needs_mirror
 from datamodules import read_splits
 from models.ggd import FeaturizationError, GGDFeaturizer, GroundedGraphDecoder
+from zoo.cfq_breakdown import PARTS
 from zoo.formalisms import get_formalism
 from zoo.metrics import exact_match_flags
 from zoo.launch import run
+from zoo.results import read_rows
 from zoo.types import Example
 
 SPARQL = get_formalism("cfq_sparql")
@@ -467,6 +469,11 @@ def test_smoke_run_on_cfq_mcd1(tmp_path):
     row = run(cfg, tmp_path / "run")
     assert row["model"] == "ggd" and row["variant"] == "ggd-train32-eval8" and 0.0 <= row["test_exact_match"] <= 1.0
     assert (tmp_path / "run" / "predictions.jsonl").read_text().count("\n") == row["n_test"]
+    # the breakdown of its wrong queries is kept beside its row, where it outlives the run directory
+    breakdown = read_rows(tmp_path / "cfq_edge_match.csv")
+    assert [(b["run_dir"], b["seed"], float(b["test_exact_match"])) for b in breakdown] == [
+        (row["run_dir"], str(row["seed"]), round(row["test_exact_match"], 6))]
+    assert {f"wrong_{part}" for part in PARTS} <= breakdown[0].keys()
 
 
 @needs_mirror

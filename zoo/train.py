@@ -27,6 +27,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_variant
+from zoo.cfq_breakdown import breakdown_row, record_breakdown, summary
 from zoo.options import RunConfigError
 from zoo.parser import load_checkpoint
 from zoo.registry import get_dataset, get_model
@@ -307,6 +308,10 @@ def train_and_test(cfg: DictConfig, run_dir: str | Path, rewrite: Rewrite | None
         record(cfg, run_dir, row)
         log.info("test %s; predictions in %s", {k: round(float(v), 4) for k, v in test_metrics.items()},
                  run_dir / "predictions.jsonl")
+        if formalism == "cfq_sparql":  # kept beside the results file: the run directory may not outlive the machine
+            breakdown = breakdown_row(row, run_dir / "predictions.jsonl")
+            record_breakdown(breakdown, results_path(cfg, run_dir).with_name("cfq_edge_match.csv"))
+            log.info("CFQ breakdown: %s", summary(breakdown))
     return row
 
 
