@@ -11,8 +11,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("ZOO_DATA", REPO / "data"))
 
-needs_mirror = pytest.mark.skipif(not (DATA_ROOT / "scan").is_dir(),
-                                  reason=f"data mirror not found at {DATA_ROOT} (set ZOO_DATA)")
+MIRROR_PRESENT = (DATA_ROOT / "scan").is_dir()
+MIRROR_MISSING = f"data mirror not found at {DATA_ROOT} (set ZOO_DATA)"
+needs_mirror = pytest.mark.skipif(not MIRROR_PRESENT, reason=MIRROR_MISSING)
 
 
 def compose_run(*overrides: str):
