@@ -64,6 +64,10 @@ them the ``group_scores=max`` model of seed 4 was right on 46% of dev against 92
 "Who was M1 ' s cinematographer" as no relation at all. With shared node terms the states say only whether s and o
 are related, the same for every relation, and which relation comes from grounding and a bias per relation.
 
+Beyond the paper, ``input_dropout``: word dropout (Iyyer et al. 2015) on the encoder's input only. In training
+each question position's tag (or group embedding) is replaced by the unknown one with this probability, so that a
+node's contextual state cannot depend on every word of its construction; grounding still reads every word.
+
 Departures, each a switch: the tag input and the multiword units follow the reference implementation rather
 than the paper's text; a word's part of speech comes from a lexicon of the training questions (``lexical_tags``,
 ``models.syntax.tag_lexicon``), since spaCy tags CFQ's generated questions inconsistently; constants are
@@ -625,8 +629,11 @@ class GroundedGraphDecoder(Parser):
                  attribute_threshold: float | None = None, tune_threshold: bool = True,
                  lr: float = 5e-3, weight_decay: float = 0.0, warmup_epochs: float = 0.0,
                  selection_metric: str = "exact_match", encoder_chunks: int = 1, predict_variables: bool = False,
-                 group_scores: str = "sum", grounding_attention: str = "softmax", node_terms: str = "relation"):
+                 group_scores: str = "sum", grounding_attention: str = "softmax", node_terms: str = "relation",
+                 input_dropout: float = 0.0):
         super().__init__(featurizer, formalism)
+        if not 0.0 <= input_dropout < 1.0:
+            raise ValueError(f"model.params.input_dropout must be in [0, 1), got {input_dropout}")
         if attention_heads < 1:
             raise ValueError(f"model.params.attention_heads must be at least 1, got {attention_heads}")
         if group_scores not in ("sum", "max"):
@@ -739,7 +746,16 @@ class GroundedGraphDecoder(Parser):
         """``forward``'s logits and node slots, without the candidate masks."""
         words = self.word_embedding(batch["words"])  # [B, T, W, e]: each group's words
         groups = words.sum(dim=2)  # a group's embedding is its words' sum (§3.2)
-        inputs = groups if self.tag_embedding is None else self.tag_embedding(batch["tags"])
+        if self.tag_embedding is None:
+            inputs = groups
+            if self.training and self.hparams.get("input_dropout"):
+                unknown = self.word_embedding.weight[self.featurizer.words[UNK]]
+                inputs = torch.where(self._dropped_inputs(batch)[..., None], unknown, groups)
+        else:
+            tags = batch["tags"]
+            if self.training and self.hparams.get("input_dropout"):
+                tags = tags.masked_fill(self._dropped_inputs(batch), self.featurizer.tags[UNK])
+            inputs = self.tag_embedding(tags)
         states = self.encoder(inputs, batch["lengths"])
         if len(self.gnn):
             states = self._refine_with_dependencies(states, batch)
@@ -758,6 +774,13 @@ class GroundedGraphDecoder(Parser):
         if self.variables_score is not None:
             out["variables"] = self.variables_score(pooled)
         return out
+
+    def _dropped_inputs(self, batch: dict[str, Any]) -> torch.Tensor:
+        """[B, T]: the question positions whose encoder input training replaces by the unknown one (word dropout,
+        Iyyer et al. 2015; beyond the paper), each with probability ``input_dropout``. Only the encoder's input:
+        grounding still reads every word, so the context a relation's word sits in is what goes missing."""
+        draw = torch.rand(batch["question_mask"].shape, device=batch["question_mask"].device)
+        return batch["question_mask"] & (draw < self.hparams.input_dropout)
 
     def _grounding(self, nodes, states, groups, words, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """``w_r^z . z_so`` for every (s, o, r) and ``w_a^z . z_sa`` for every (s, a): attention of each node pair

@@ -210,6 +210,31 @@ def test_shared_node_terms_leave_telling_relations_apart_to_grounding():
         GroundedGraphDecoder(featurizer, "cfq_sparql", node_terms="none")
 
 
+@pytest.mark.parametrize("encoder_input", ["tags", "words"])
+def test_input_dropout_hides_question_inputs_from_the_encoder_in_training_only(encoder_input):
+    """Word dropout replaces a question position's encoder input by the unknown one, in training and never outside
+    it, and never a padding or tail position; grounding still reads every word."""
+    featurizer = GGDFeaturizer(grouping=False, encoder_input=encoder_input).fit(EXAMPLES)
+    torch.manual_seed(0)
+    model = GroundedGraphDecoder(featurizer, "cfq_sparql", embedding_dim=8, hidden_size=8, attention_dim=4,
+                                 input_dropout=0.5)
+    batch = featurizer.collate([featurizer.encode(e) for e in EXAMPLES])
+    seen = []
+    model.encoder.register_forward_hook(lambda module, args, output: seen.append(args[0].detach().clone()))
+    model.eval()
+    model.logits(batch)
+    model.train()
+    model.logits(batch)
+    clean, dropped = seen
+    changed = (clean != dropped).any(-1)
+    assert changed.any() and not changed[~batch["question_mask"]].any()
+    unknown = (model.tag_embedding.weight[featurizer.tags["<unk>"]] if encoder_input == "tags"
+               else model.word_embedding.weight[featurizer.words["<unk>"]])
+    assert torch.equal(dropped[changed], unknown.detach().expand(int(changed.sum()), -1))
+    with pytest.raises(ValueError, match="input_dropout"):
+        GroundedGraphDecoder(featurizer, "cfq_sparql", input_dropout=1.0)
+
+
 def _model_with_dev():
     """A tiny GGD whose (mock) trainer hands it EXAMPLES as dev, and the index of each threshold."""
     featurizer = GGDFeaturizer(grouping=False, encoder_input="words").fit(EXAMPLES)
@@ -493,6 +518,11 @@ def test_ggd_cfq_is_the_authors_schedule_under_both_of_its_names():
     assert chosen.model.params.group_scores == "max" and chosen.model.params.predict_variables
     pinned = compose_run("experiment=ggd_cfq_cpu_schedule")
     assert (pinned.trainer.max_epochs, pinned.data.batch_size, pinned.model.variant) == (20, 128, "ggd")
+    assert chosen.model.params.input_dropout == 0.0
+    screened = compose_run("experiment=ggd_cfq_input_dropout", "seed=4")  # differs from ggd_cfq in its name and 0.1
+    assert screened.model.params.input_dropout == 0.1 and screened.model.variant != chosen.model.variant
+    screened.model.params.input_dropout, screened.model.variant = 0.0, chosen.model.variant
+    assert screened.trainer == chosen.trainer and screened.model == chosen.model and screened.data == chosen.data
 
 
 @pytest.mark.parametrize("chunks", [1, 3])
