@@ -746,15 +746,12 @@ class GroundedGraphDecoder(Parser):
         """``forward``'s logits and node slots, without the candidate masks."""
         words = self.word_embedding(batch["words"])  # [B, T, W, e]: each group's words
         groups = words.sum(dim=2)  # a group's embedding is its words' sum (§3.2)
+        dropped = self._dropped_inputs(batch) if self.training and self.hparams.get("input_dropout") else None
         if self.tag_embedding is None:
-            inputs = groups
-            if self.training and self.hparams.get("input_dropout"):
-                unknown = self.word_embedding.weight[self.featurizer.words[UNK]]
-                inputs = torch.where(self._dropped_inputs(batch)[..., None], unknown, groups)
+            unknown = self.word_embedding.weight[self.featurizer.words[UNK]]
+            inputs = groups if dropped is None else torch.where(dropped[..., None], unknown, groups)
         else:
-            tags = batch["tags"]
-            if self.training and self.hparams.get("input_dropout"):
-                tags = tags.masked_fill(self._dropped_inputs(batch), self.featurizer.tags[UNK])
+            tags = batch["tags"] if dropped is None else batch["tags"].masked_fill(dropped, self.featurizer.tags[UNK])
             inputs = self.tag_embedding(tags)
         states = self.encoder(inputs, batch["lengths"])
         if len(self.gnn):
