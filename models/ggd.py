@@ -748,8 +748,8 @@ class GroundedGraphDecoder(Parser):
         groups = words.sum(dim=2)  # a group's embedding is its words' sum (§3.2)
         dropped = self._dropped_inputs(batch) if self.training and self.hparams.get("input_dropout") else None
         if self.tag_embedding is None:
-            unknown = self.word_embedding.weight[self.featurizer.words[UNK]]
-            inputs = groups if dropped is None else torch.where(dropped[..., None], unknown, groups)
+            inputs = groups if dropped is None else torch.where(
+                dropped[..., None], self.word_embedding.weight[self.featurizer.words[UNK]], groups)
         else:
             tags = batch["tags"] if dropped is None else batch["tags"].masked_fill(dropped, self.featurizer.tags[UNK])
             inputs = self.tag_embedding(tags)
@@ -773,9 +773,8 @@ class GroundedGraphDecoder(Parser):
         return out
 
     def _dropped_inputs(self, batch: dict[str, Any]) -> torch.Tensor:
-        """[B, T]: the question positions whose encoder input training replaces by the unknown one (word dropout,
-        Iyyer et al. 2015; beyond the paper), each with probability ``input_dropout``. Only the encoder's input:
-        grounding still reads every word, so the context a relation's word sits in is what goes missing."""
+        """[B, T]: the question positions whose encoder input training replaces by the unknown one, each with
+        probability ``input_dropout`` (module docstring)."""
         draw = torch.rand(batch["question_mask"].shape, device=batch["question_mask"].device)
         return batch["question_mask"] & (draw < self.hparams.input_dropout)
 
