@@ -1035,8 +1035,9 @@ class GroundedGraphDecoder(Parser):
             tally = tally.cpu()
         edge, attribute, right = self.best_thresholds(tally)
         self.hparams.threshold, self.hparams.attribute_threshold = edge, attribute
+        self.dev_score_at_thresholds = right / len(datamodule.val)  # (benchmarks/ensemble.py records it)
         log.info("decision thresholds %.2f (edges), %.2f (attributes), chosen on dev: %s %.4f", edge, attribute,
-                 "emr" if self.primary_metric == "emr" else "exact match", right / len(datamodule.val))
+                 "emr" if self.primary_metric == "emr" else "exact match", self.dev_score_at_thresholds)
 
     def on_test_epoch_end(self) -> None:
         super().on_test_epoch_end()

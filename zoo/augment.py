@@ -53,7 +53,8 @@ from omegaconf import DictConfig, OmegaConf
 from zoo.formalisms import FormalismError
 from zoo.formalisms import funql
 from zoo.results import read_predictions, write_jsonl
-from zoo.stages import combined_row, load_stage_model, prepared_data, run_stage, stage_directory, test_metrics
+from zoo.stages import (averaged_test, combined_row, load_stage_model, prepared_data, run_identity, run_stage,
+                         stage_directory, test_metrics)
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -171,23 +172,14 @@ def latent_trees(model, examples: list[Example], batch_size: int) -> list:
 
 def ensemble_test(cfg: DictConfig, stage_dirs: list[Path], run_dir: Path) -> dict[str, float]:
     """``augment.ensemble``: the test set decoded with the mean of the stages' span scores
-    (``SpanBasedParser.average_with``), each stage with the weights ``augment.ensemble_checkpoints`` names (its best
-    checkpoint, its last, or both), scored as any test run is; its predictions go to the run directory. The test
-    metrics, as results columns."""
-    import lightning.pytorch as L
-
+    (``zoo.stages.averaged_test``), each stage with the weights ``augment.ensemble_checkpoints`` names (its best
+    checkpoint, its last, or both). The test metrics, as results columns."""
     models = [load_stage_model(d, checkpoint) for checkpoint in cfg.augment.ensemble_checkpoints.split("+")
               for d in stage_dirs]
-    final = models[-1].average_with(models[:-1])
-    datamodule = prepared_data(cfg)
-    datamodule.attach(final.featurizer)
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, devices=1,
-                        accelerator="gpu" if torch.cuda.is_available() else "cpu")
-    metrics = trainer.test(final, datamodule=datamodule, verbose=False)[0]
-    write_jsonl(run_dir / "predictions.jsonl", final.test_predictions)
+    metrics, _ = averaged_test([models[-1], *models[:-1]], prepared_data(cfg), run_dir)
     log.info("augment.ensemble: the %d parsers together on test: %s", len(models),
-             {key: round(float(value), 4) for key, value in metrics.items()})
-    return {key.replace("/", "_"): float(value) for key, value in metrics.items()}
+             {key: round(value, 4) for key, value in metrics.items()})
+    return metrics
 
 
 def check_settings(cfg: DictConfig, formalism: str) -> None:
@@ -256,7 +248,8 @@ def run_augmented(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                                     examples + augmented if split == "train" else examples))
     final = stage_rows[-1]
     test_seconds = len(test) / max(float(final["test_examples_per_s"]), 1e-9)
-    row = combined_row(cfg, stage_rows, [trees_dir, *parsers], run_dir, commit, len(train), len(test), test_seconds)
+    row = combined_row(run_identity(cfg), stage_rows, [trees_dir, *parsers], run_dir, commit, len(train), len(test),
+                       test_seconds)
     # the first parser is the same setting without augmentation: its test numbers are the comparison
     compared = {"test_stage1": test_metrics(stage_rows[0])}
     if settings.get("ensemble"):

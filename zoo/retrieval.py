@@ -53,8 +53,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from zoo.formalisms import Formalism, FormalismError, get_formalism
 from zoo.options import OptionError, check_against_constructor
 from zoo.results import append_row, atomic_path, read_predictions, write_jsonl
-from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_stage, stage_checkpoint,
-                        stage_directory, test_metrics)
+from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_identity, run_stage,
+                        stage_checkpoint, stage_directory, test_metrics)
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -305,7 +305,7 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     (run_dir / "retrieval.json").write_text(json.dumps(details, indent=1))
 
     final = stage_rows[-1]
-    row = combined_row(cfg, stage_rows, stage_dirs, run_dir, commit, len(train), len(test), test_seconds)
+    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(train), len(test), test_seconds)
     row.update(test_metrics(final))
     if preliminary:
         row["test_stage1_exact_match"] = float(stage_rows[0]["test_exact_match"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,7 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from zoo import run_variant
-from zoo.results import locked_directory, path_for_row, read_rows
+from zoo.results import locked_directory, path_for_row, read_rows, write_jsonl
 from zoo.types import Example, Rewrite
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,24 @@ def load_stage_model(stage_dir: Path, checkpoint: str = "best"):
     return model.cuda() if torch.cuda.is_available() else model
 
 
+def averaged_test(models: Sequence, datamodule, run_dir: Path) -> tuple[dict[str, float], float]:
+    """The test set decoded by ``models`` together, with the mean of their scores (the first model's
+    ``average_with``: GGD's logits, span_cky's span scores), scored as any run's test is (GGD first chooses its
+    decision thresholds for the mean on dev); the predictions go to ``run_dir``. The test metrics as results
+    columns, and the seconds the test took."""
+    import lightning.pytorch as L
+
+    final = models[0].average_with(list(models[1:]))
+    datamodule.attach(final.featurizer)
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, devices=1,
+                        accelerator="gpu" if torch.cuda.is_available() else "cpu")
+    start = time.perf_counter()
+    metrics = trainer.test(final, datamodule=datamodule, verbose=False)[0]
+    seconds = time.perf_counter() - start
+    write_jsonl(run_dir / "predictions.jsonl", final.test_predictions)
+    return {key.replace("/", "_"): float(value) for key, value in metrics.items()}, seconds
+
+
 @torch.no_grad()
 def predict(model, sources: list[str], batch_size: int) -> list[str]:
     """A seq2seq model's outputs for raw source strings."""
@@ -141,19 +160,26 @@ def test_metrics(stage_row: dict[str, str]) -> dict[str, float]:
             if key.startswith("test_") and key != "test_examples_per_s" and value != ""}
 
 
-def combined_row(cfg: DictConfig, stage_rows: Sequence[dict[str, str]], stage_dirs: Sequence[Path], run_dir: Path,
-                 commit: str, n_train: int, n_test: int, test_seconds: float) -> dict[str, Any]:
-    """The results columns of a multi-stage run that come from its stages (the caller adds the test metrics)."""
+def run_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The model, variant, data and seed that name a run's results row."""
+    return {"model": cfg.model.name, "variant": run_variant(cfg), "data": cfg.data.name, "seed": cfg.seed}
+
+
+def combined_row(identity: dict[str, Any], stage_rows: Sequence[dict[str, str]], stage_dirs: Sequence[Path],
+                 run_dir: Path, commit: str, n_train: int, n_test: int, test_seconds: float) -> dict[str, Any]:
+    """The results columns of a run named by ``identity`` (``run_identity``) that come from its stages: a
+    multi-stage run's, or benchmarks/ensemble.py's, whose stages are finished runs (the caller adds the test
+    metrics)."""
     steps = [max(int(r["global_steps"] or 0), 1) for r in stage_rows]
     rates = [max(float(r["train_examples_per_s"]), 1e-9) for r in stage_rows]
     return {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git_commit": commit,
-        "model": cfg.model.name,
-        "variant": run_variant(cfg),
+        "model": identity["model"],
+        "variant": identity["variant"],
         "backbone": stage_rows[0]["backbone"],
-        "data": cfg.data.name,
-        "seed": cfg.seed,
+        "data": identity["data"],
+        "seed": identity["seed"],
         "best_val_metric": f"{stage_rows[-1]['best_val_metric']} (last stage)",
         "best_val": stage_rows[-1]["best_val"],
         "params": sum(int(r["params"]) for r in stage_rows),

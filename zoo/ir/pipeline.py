@@ -40,7 +40,8 @@ from zoo.ir import IRError, UnsupportedIRError, get_ir
 from zoo.metrics import ExampleScore, Scorer
 from zoo.registry import get_dataset
 from zoo.results import path_for_row, write_jsonl
-from zoo.stages import combined_row, load_stage_model, predict, prepared_data, run_stage, stage_directory
+from zoo.stages import (combined_row, load_stage_model, predict, prepared_data, run_identity, run_stage,
+                         stage_directory)
 from zoo.types import Example
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     write_jsonl(run_dir / "predictions.jsonl", rows)
 
     n_test = len(rows)
-    row = combined_row(cfg, stage_rows, stage_dirs, run_dir, commit, len(datamodule.train), n_test, test_seconds)
+    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(datamodule.train), n_test, test_seconds)
     row["test_exact_match"] = sum(r["correct"] for r in rows) / max(n_test, 1)
     if scorer.executes:
         row["test_denotation"] = sum(r.get("denotation_correct", False) for r in rows) / max(n_test, 1)
