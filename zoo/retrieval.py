@@ -305,7 +305,8 @@ def run_retrieval(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     (run_dir / "retrieval.json").write_text(json.dumps(details, indent=1))
 
     final = stage_rows[-1]
-    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(train), len(test), test_seconds)
+    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(train), len(test),
+                       test_seconds)
     row.update(test_metrics(final))
     if preliminary:
         row["test_stage1_exact_match"] = float(stage_rows[0]["test_exact_match"])

@@ -164,7 +164,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     write_jsonl(run_dir / "predictions.jsonl", rows)
 
     n_test = len(rows)
-    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(datamodule.train), n_test, test_seconds)
+    row = combined_row(run_identity(cfg), stage_rows, stage_dirs, run_dir, commit, len(datamodule.train), n_test,
+                       test_seconds)
     row["test_exact_match"] = sum(r["correct"] for r in rows) / max(n_test, 1)
     if scorer.executes:
         row["test_denotation"] = sum(r.get("denotation_correct", False) for r in rows) / max(n_test, 1)
