@@ -126,7 +126,7 @@ def averaged_test(models: Sequence, datamodule, run_dir: Path) -> tuple[dict[str
     """The test set decoded by ``models`` together, with the mean of their scores (the first model's
     ``average_with``: GGD's logits, span_cky's span scores), scored as any run's test is (GGD first chooses its
     decision thresholds for the mean on dev); the predictions go to ``run_dir``. The test metrics as results
-    columns, and the seconds the test took."""
+    columns, and the seconds the test took (GGD's pass over dev included)."""
     import lightning.pytorch as L
 
     final = models[0].average_with(list(models[1:]))
