@@ -46,6 +46,12 @@ def short_commit(commit) -> str:
     return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
+def seed_names(rows: pd.DataFrame) -> list[str]:
+    """Each row's seed, or for an ensemble (``benchmarks/ensemble.py``) its runs' seeds, ``1+2``."""
+    members = rows.get("member_seeds", pd.Series(index=rows.index, dtype=object)).fillna("")
+    return [str(m) or str(s) for s, m in zip(rows["seed"], members)]
+
+
 def ggd_table(runs: pd.DataFrame, published: pd.DataFrame | None = None, benchmarked: str = BENCHMARKED) -> str:
     published = read_published(ROOT / "benchmarks" / "published.csv") if published is None else published
     runs = runs[(runs["model"] == "ggd") & runs["variant"].astype(str).str.startswith("ggd")
@@ -74,7 +80,7 @@ def ggd_table(runs: pd.DataFrame, published: pd.DataFrame | None = None, benchma
         setting = f"{variant} · {backbone}" + (f" · {protocol}" if protocol else "") + (
             " (`experiment=ggd_cfq`)" if variant == benchmarked else "")
         out.append("| " + " | ".join([
-            setting, data, exact, emr, percent(rows["best_val"]), ", ".join(str(s) for s in rows["seed"]),
+            setting, data, exact, emr, percent(rows["best_val"]), ", ".join(seed_names(rows)),
             "" if pd.isna(minutes) else f"{minutes:.0f}", "; ".join(sorted(rows["hardware"].dropna().unique())),
             ", ".join(sorted({short_commit(c) for c in rows["git_commit"]}))]) + " |")
     return "\n".join(out) + "\n"

@@ -43,6 +43,13 @@ def test_rows_in_order_with_the_number_to_read_in_bold():
     assert ggd_table.BENCHMARKED == "ggd-authors_schedule"  # configs/experiment/ggd_cfq.yaml's variant
 
 
+def test_an_ensemble_row_names_its_runs_seeds():
+    runs = pd.DataFrame([run(1, 0.9, 0.95), run(1, 0.95, 0.97, variant="ggd+ensemble2", member_seeds="1+2"),
+                         run(3, 0.93, 0.96, variant="ggd+ensemble2", member_seeds="3+4")])
+    lines = ggd_table.ggd_table(runs, PUBLISHED, benchmarked="ggd").splitlines()
+    assert [line.split(" | ")[5] for line in lines if line.startswith("| ggd")] == ["1", "1+2, 3+4"]
+
+
 def test_the_readme_block_is_replaced_and_a_readme_without_it_is_an_error(tmp_path):
     from headline import splice_readme
 
