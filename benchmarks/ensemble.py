@@ -3,18 +3,19 @@
 Issue 24 finds that GGD's weak seeds on MCD1 each fail on some construction that training withholds, and not on the
 same one (README, "Averaging runs"). This script tests such an average the way a run tests its best checkpoint:
 
-    python benchmarks/ensemble.py runs/ggd-authors_sizes-groupmax-authors_schedule/cfq_mcd1/seed{6,11}
+    python benchmarks/ensemble.py runs/ggd-authors_sizes-groupmax-authors_schedule/cfq_mcd1/seed{9,14}
 
 Each run is loaded from its ``checkpoints/best.ckpt``; the first one's ``average_with`` (GGD's logits, span_cky's
 span scores) makes them one model, which is then tested as ``zoo.train`` tests a run (``zoo.stages.averaged_test``):
 GGD chooses its decision thresholds for the average on dev first, exactly as for one run, so the test set plays no
-part in any choice. The runs must be finished runs (each with its results row) of one model, variant and dataset.
+part in any choice. The runs must be finished runs (each with its results row) of one model, variant and dataset;
+in a new checkout, ``python benchmarks/park.py restore`` first puts back the runs parked in git.
 
 The predictions go to ``runs/<model>-<variant>+ensemble<K>/<data>/seed<s1>_<s2>...`` (beside the first run's
 setting's directory; ``--run-dir`` for another place) and one row to the results file (``--results``, default
 ``$ZOO_RESULTS``, else results/runs.csv): variant ``<variant>+ensemble<K>``, the first run's seed (so the
 leaderboard averages ensembles over seeds as it does single runs: give each ensemble its own first seed),
-``member_seeds`` (``6+11``), ``stage_dirs`` (the runs), ``test_stage<i>_exact_match`` (each run alone, from its
+``member_seeds`` (``9+14``), ``stage_dirs`` (the runs), ``test_stage<i>_exact_match`` (each run alone, from its
 row), the runs' training time summed, and as ``best_val`` the average's dev score at its chosen thresholds. A CFQ
 run also gets its row in ``cfq_edge_match.csv`` (the error breakdown), as a run's test writes one.
 """
