@@ -8,8 +8,7 @@ same one (README, "Averaging runs"). This script tests such an average the way a
 Each run is loaded from its ``checkpoints/best.ckpt``; the first one's ``average_with`` (GGD's logits, span_cky's
 span scores) makes them one model, which is then tested as ``zoo.train`` tests a run (``zoo.stages.averaged_test``):
 GGD chooses its decision thresholds for the average on dev first, exactly as for one run, so the test set plays no
-part in any choice. The runs must be finished runs (each with its results row) of one model, variant and dataset;
-in a new checkout, ``python benchmarks/park.py restore`` first puts back the runs parked in git.
+part in any choice. The runs must be finished runs (each with its results row) of one model, variant and dataset.
 
 The predictions go to ``runs/<model>-<variant>+ensemble<K>/<data>/seed<s1>_<s2>...`` (beside the first run's
 setting's directory; ``--run-dir`` for another place) and one row to the results file (``--results``, default
