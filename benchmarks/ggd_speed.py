@@ -52,7 +52,7 @@ from datamodules.datamodule import LengthBucketBatchSampler  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row, check_appendable, results_table  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
-from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
+from zoo.speed import counted_flops, flops_share, matmul_flops_per_s  # noqa: E402
 from zoo.launch import USER_ERRORS  # noqa: E402
 from zoo.train import git_commit, hardware_string, model_settings  # noqa: E402
 
@@ -234,8 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                              datamodule.eval_batch_size), 1),
            "gflops_per_step": round(profile["flops_per_step"] / 1e9, 3),
            "matmul_gflops": round(peak / 1e9, 2),
-           # three significant figures, not four decimals: a tiny model on a loaded machine achieves under 0.005%
-           "flops_share": float(f"{profile['flops_per_step'] / seconds_per_step / peak:.3g}"),
+           "flops_share": flops_share(profile["flops_per_step"], seconds_per_step, peak),
            "lstm_share": round(profile["lstm_share"], 3)}
     append_row(args.out, row, replacing=KEY)
     breakdown = ", ".join(f"{phase} {row[f'{phase}_ms_per_step']:.0f}" for phase in PHASES)

@@ -40,7 +40,7 @@ from hydra.errors import CompactHydraException  # noqa: E402
 from zoo.parser import Parser  # noqa: E402
 from zoo.registry import get_dataset, get_model  # noqa: E402
 from zoo.results import append_row, check_appendable, results_table  # noqa: E402
-from zoo.speed import counted_flops, matmul_flops_per_s  # noqa: E402
+from zoo.speed import counted_flops, flops_share, matmul_flops_per_s  # noqa: E402
 from zoo.stages import prepared_data  # noqa: E402
 from zoo.launch import USER_ERRORS  # noqa: E402
 from zoo.train import hardware_string, model_settings  # noqa: E402
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "examples_per_s": round(examples / seconds, 1),
                      "gflops_per_example": round(flops / max(examples, 1) / 1e9, 4),
                      "achieved_gflops": round(flops / seconds / 1e9, 2),
-                     "flops_share": round(flops / seconds / peak, 4)})
+                     "flops_share": flops_share(flops, seconds, peak)})
 
     for bucketed in (True, False):
         datamodule.bucket_by_length = bucketed

@@ -32,6 +32,12 @@ def matmul_flops_per_s(size: int = 1024, repeats: int = 5, device: str | torch.d
     return 8 * 2 * size ** 3 / best
 
 
+def flops_share(flops: float, seconds: float, peak: float) -> float:
+    """The achieved FLOP/s as a share of ``peak`` (``matmul_flops_per_s``), to three significant figures: a fixed
+    number of decimals would round a tiny model on a loaded machine (under 0.005%) to 0."""
+    return float(f"{flops / seconds / peak:.3g}")
+
+
 def _recurrent_flops(input_shape, weight_shapes) -> int:
     """An LSTM's (GRU's, RNN's) matrix products: each token of the input meets every input-to-hidden and
     hidden-to-hidden weight matrix once, 2 operations a weight; the gates' elementwise work, like any elementwise
